@@ -1,0 +1,45 @@
+"""The process-wide shared timer behind default_timer()."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+from ._hwtimer import HashedWheelTimer
+
+#: Tick of the shared timer: asyncio's own timers are good to about a
+#: millisecond, and an idle timer does not wake at all, so a fine tick costs
+#: little.  4096 buckets make one turn of the wheel 4.096 s.
+DEFAULT_TICK = 0.001
+DEFAULT_TICKS_PER_WHEEL = 4096
+
+_lock = threading.Lock()
+_timer: HashedWheelTimer | None = None
+
+
+def default_timer() -> HashedWheelTimer:
+    """Returns the process-wide shared timer, created on first use.
+
+    It is never stopped by hwtimer except at interpreter exit; a child of
+    fork() gets a timer of its own on first use.
+    """
+    global _timer
+    timer = _timer
+    if timer is None:
+        with _lock:
+            timer = _timer
+            if timer is None:
+                timer = _timer = HashedWheelTimer(
+                    DEFAULT_TICK, DEFAULT_TICKS_PER_WHEEL, thread_name="hwtimer-default"
+                )
+    return timer
+
+
+def _forget_in_child() -> None:
+    # The parent's worker did not come along: the child makes its own timer.
+    global _timer, _lock
+    _timer = None
+    _lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_in_child)

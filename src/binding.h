@@ -1,0 +1,163 @@
+/*
+ * binding.h: the Python side of hwtimer, shared by the files of the
+ * extension module hwtimer._hwtimer (one file per type, module.c for the
+ * module).  Every pointer says who owns it.
+ */
+#ifndef HWTIMER_BINDING_H
+#define HWTIMER_BINDING_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdbool.h>
+
+#include "hwt.h"
+
+typedef struct TimerObject TimerObject;
+
+typedef struct {
+    PyTypeObject *timer_type;        /* owned */
+    PyTypeObject *timeout_type;      /* owned */
+    PyTypeObject *loop_timeout_type; /* owned */
+    PyTypeObject *dispatch_type;     /* owned */
+    PyTypeObject *loop_sink_type;    /* owned */
+    PyObject *rejected_error;        /* owned: RejectedExecutionError */
+    PyObject *logger;                /* owned: logging.getLogger("hwtimer") */
+    PyObject *thread_type;           /* owned: threading.Thread */
+    PyObject *timedelta_type;        /* owned: datetime.timedelta */
+    PyObject *get_running_loop;      /* owned, imported on first call_later */
+    PyObject *run_task;              /* owned: _run_task, submitted to executors */
+    TimerObject *live;               /* borrowed: started, not stopped */
+    Py_ssize_t nlive;
+    bool warned_too_many;
+    bool exiting; /* the atexit hook ran: no new workers */
+    unsigned long next_id;
+} hwtimer_state;
+
+struct TimerObject {
+    PyObject_HEAD
+    hwt_timer *core;      /* owned reference */
+    PyObject *executor;   /* owned, or NULL */
+    PyObject *dispatcher; /* owned DispatchObject, NULL until started */
+    PyObject *loop_sinks; /* owned list of LoopSinkObject */
+    PyObject *name;       /* owned str: the worker thread's name */
+    PyObject *weakreflist;
+    hwtimer_state *state; /* borrowed: the module's, outlives every timer */
+    double tick_duration;
+    int64_t max_pending;
+    uint64_t task_errors;
+    TimerObject *live_next, *live_prev; /* in state->live while running */
+    bool live;
+};
+
+/* A Timeout: 80 bytes with CPython's GC header, the C node included.  It
+   holds one reference to its timer, reached as node.sink->owner.  While
+   pending it is not tracked by the cyclic GC: the wheel owns a reference to
+   it, so it cannot be garbage, and a million of them cost a collection
+   nothing.  It is tracked once the wheel gives it back. */
+typedef struct {
+    PyObject_HEAD
+    hwt_timeout node;
+    PyObject *task; /* owned */
+} TimeoutObject;
+
+typedef struct LoopSinkObject LoopSinkObject;
+
+/* A Timeout from call_later: callback(*args) runs in `context` on the loop
+   of `sink`. */
+typedef struct {
+    TimeoutObject base; /* base.task is the callback */
+    PyObject *args;     /* owned tuple */
+    PyObject *context;  /* owned contextvars.Context */
+    LoopSinkObject *sink; /* owned */
+} LoopTimeoutObject;
+
+/* Delivery to one event loop: an eventfd the loop watches, drained in C. */
+struct LoopSinkObject {
+    PyObject_HEAD
+    hwt_sink sink;        /* sink.owner: the TimerObject, borrowed */
+    PyObject *loop_ref;   /* owned weakref to the loop, or NULL */
+    PyObject *loop;       /* owned if owns_loop (a loop that cannot be weakly
+                             referenced), else borrowed: compared only */
+    bool owns_loop;
+    bool closed;          /* delivers nothing more */
+};
+
+/* The object whose run() is the body of a timer's dispatch thread.  It
+   shares the core with the timer, so it can outlive the TimerObject. */
+typedef struct {
+    PyObject_HEAD
+    hwt_timer *core; /* owned reference */
+    pthread_mutex_t lock;
+    pthread_cond_t done_cond;
+    bool done;              /* run() has finished its last batch */
+    unsigned long thread_id; /* the dispatch thread, once running */
+    PyObject *name;         /* owned str */
+} DispatchObject;
+
+#define TIMEOUT_OF(n) ((TimeoutObject *)((char *)(n) - offsetof(TimeoutObject, node)))
+#define TIMER_OF(to) ((TimerObject *)(to)->node.sink->owner)
+
+/* The timer whose task runs on this thread now, for stop()'s check. */
+extern _Thread_local TimerObject *hwtimer_current_task_timer;
+
+/* module.c */
+hwtimer_state *hwtimer_state_of_type(PyTypeObject *tp);
+/* Parses seconds (int, float, timedelta, or anything with __float__) into
+   ns, saturating at HWT_NEVER.  Returns 0, or -1 with TypeError/ValueError. */
+int hwtimer_parse_delay(hwtimer_state *st, PyObject *obj, const char *what,
+                        int64_t *ns);
+/* Same, as seconds: returns 0 or -1; NaN is left to the caller. */
+int hwtimer_parse_seconds(hwtimer_state *st, PyObject *obj, const char *what,
+                          double *out);
+/* Logs the current exception as a task's failure on the "hwtimer" logger
+   and clears it. */
+void hwtimer_log_task_error(hwtimer_state *st, PyObject *timeout);
+/* Logs `msg` at ERROR on the "hwtimer" logger; clears any failure. */
+void hwtimer_log_error(hwtimer_state *st, const char *msg);
+
+/* timeout.c */
+/* tp_new of the types users do not create. */
+PyObject *hwtimer_new_refused(PyTypeObject *tp, PyObject *args,
+                              PyObject *kwargs);
+extern PyType_Spec hwtimer_timeout_spec;
+extern PyType_Spec hwtimer_loop_timeout_spec;
+/* Returns a new, unscheduled timeout of type `tp` delivered to `sink`,
+   holding `task` and a reference to `timer`; a subtype's own fields are
+   zeroed for the caller to fill before it schedules.  NULL on failure. */
+PyObject *hwtimer_timeout_new(TimerObject *timer, PyTypeObject *tp,
+                              hwt_sink *sink, PyObject *task);
+/* Schedules `obj` from hwtimer_timeout_new, giving the wheel a reference.
+   Returns 0, or -1 with RejectedExecutionError or RuntimeError; the
+   caller keeps its own reference either way. */
+int hwtimer_timeout_submit(TimerObject *timer, PyObject *obj,
+                           int64_t delay_ns);
+/* Hands back the wheel's reference to a timeout the core returned: tracks
+   it for the cyclic GC and returns it (a new reference, the wheel's). */
+PyObject *hwtimer_timeout_from_node(hwt_timeout *node);
+/* Drops the wheel's references to a chain of nodes (link.next). */
+void hwtimer_release_chain(hwt_timeout *node);
+/* Runs a new_timeout task (or submits it to the executor).  Never fails:
+   errors are logged. */
+void hwtimer_run_task(TimerObject *timer, TimeoutObject *to);
+/* The body of _run_task: runs the task now, on this thread. */
+void hwtimer_call_task(TimerObject *timer, TimeoutObject *to);
+double hwtimer_deadline_seconds(TimeoutObject *to);
+
+/* timer.c */
+extern PyType_Spec hwtimer_timer_spec;
+extern PyType_Spec hwtimer_dispatch_spec;
+/* Stops `timer` and returns the list stop() returns (new reference), or
+   NULL with an exception. */
+PyObject *hwtimer_timer_stop(TimerObject *timer);
+/* Starts the worker and dispatch thread if needed.  Returns 0 or -1. */
+int hwtimer_timer_start(TimerObject *timer);
+
+/* loopsink.c */
+extern PyType_Spec hwtimer_loop_sink_spec;
+/* Returns a borrowed LoopSinkObject delivering to `loop`, created and
+   registered with the loop on first use; NULL with an exception. */
+LoopSinkObject *hwtimer_loop_sink_for(TimerObject *timer, PyObject *loop);
+/* Closes every sink in the list (of a timer going away). */
+void hwtimer_loop_sinks_close(PyObject *sinks);
+
+#endif /* HWTIMER_BINDING_H */

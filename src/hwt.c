@@ -1,0 +1,973 @@
+/*
+ * hwt.c: the wheel, its queues, the worker thread and the sinks.
+ *
+ * Netty's algorithm, with two changes that keep its behaviour: the worker
+ * sleeps straight to the next tick whose bucket holds work (an occupancy
+ * bitmap finds it) and blocks when nothing is pending; and a timeout's
+ * remaining rounds are not counted down but read off its deadline (it is
+ * due at tick T when deadline < (T + 1) * tick), which stays right across
+ * skipped ticks.
+ *
+ * Ownership: a scheduled timeout belongs to the timer until the worker
+ * delivers it to a sink (expired, or cancelled and unlinked) or stop()
+ * returns it.  Only the worker (or, once it has exited, stop) touches the
+ * buckets; producers touch the new-timeout stack and the cancel vector.
+ */
+#define _GNU_SOURCE
+#include "hwt.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#define LATENCY_WINDOW 4096
+
+/* timeout->flags, the worker's own */
+#define CANCEL_SEEN 1u /* its cancel was processed before it left the queue */
+
+/* futex word of the worker */
+enum { AWAKE = 0, SLEEPING = 1, WOKEN = 2 };
+/* lifecycle */
+enum { T_NEW = 0, T_STARTED = 1, T_STOPPED = 2 };
+
+/* Marks the new-timeout stack closed by stop(). */
+#define CLOSED ((hwt_timeout *)(uintptr_t)1)
+
+struct hwt_timer {
+    hwt_config cfg;
+    char name[16];
+    uint32_t mask;
+    hwt_link *buckets;  /* owned: ticks_per_wheel list heads */
+    uint64_t *occupied; /* owned: a bit per non-empty bucket */
+    uint64_t *summary;  /* owned: a bit per non-zero word of occupied */
+    size_t words, summary_words;
+
+    /* producers push, the worker takes all: Treiber stack, newest first */
+    _Atomic(hwt_timeout *) new_head;
+
+    pthread_mutex_t cancel_lock;
+    hwt_timeout **cancels; /* owned, under cancel_lock */
+    size_t ncancels, cancels_cap;
+    bool cancel_closed;
+    hwt_timeout **cancels_spare; /* owned, the worker's: swapped with cancels */
+    size_t spare_cap;
+
+    /* the worker's own */
+    hwt_timeout *xfer_head, *xfer_tail; /* taken from new_head, FIFO */
+    int64_t tick;                       /* next tick to process */
+    hwt_sink *batch_sinks;              /* sinks with a batch this tick */
+
+    _Atomic int64_t pending;
+    _Atomic uint64_t scheduled, rejected;
+    /* written by the worker only, read by stats() */
+    _Atomic uint64_t expired, cancelled, ticks, wakeups, max_expired;
+    _Atomic int64_t tick_seen;
+
+    /* producers wake the sleeping worker for a deadline below this */
+    _Atomic int64_t wake_limit;
+    _Atomic bool cancel_wake; /* the first cancel wakes the worker */
+    _Atomic uint32_t futex_word;
+    _Atomic bool stopping;
+
+    /* held by the worker while it processes, so fork() sees a quiet wheel */
+    pthread_mutex_t lock;
+    pthread_t thread;
+    _Atomic int state;
+    bool orphaned;
+    int64_t start_time;
+
+    hwt_sink dflt;
+    pthread_mutex_t sinks_lock;
+    hwt_sink *sinks; /* every initialised sink, dflt included */
+
+    /* lateness window, serialised by the embedder */
+    int64_t late[LATENCY_WINDOW];
+    size_t late_n, late_pos;
+    int64_t task_time_max;
+
+    _Atomic int refs;
+    hwt_timer *reg_next, *reg_prev; /* process registry, for fork */
+};
+
+/* ---- process registry and fork ---- */
+
+static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static hwt_timer *registry;
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+
+static void lock_timer_for_fork(hwt_timer *t)
+{
+    pthread_mutex_lock(&t->lock);
+    pthread_mutex_lock(&t->cancel_lock);
+    pthread_mutex_lock(&t->sinks_lock);
+    for (hwt_sink *s = t->sinks; s; s = s->next_sink)
+        pthread_mutex_lock(&s->lock);
+}
+
+static void unlock_timer_after_fork(hwt_timer *t, bool child)
+{
+    for (hwt_sink *s = t->sinks; s; s = s->next_sink) {
+        if (child)
+            pthread_cond_init(&s->ready, NULL);
+        pthread_mutex_unlock(&s->lock);
+    }
+    pthread_mutex_unlock(&t->sinks_lock);
+    pthread_mutex_unlock(&t->cancel_lock);
+    pthread_mutex_unlock(&t->lock);
+    if (child && t->state == T_STARTED && !t->cfg.manual)
+        t->orphaned = true; /* its worker did not come along */
+}
+
+static void atfork_prepare(void)
+{
+    pthread_mutex_lock(&registry_lock);
+    for (hwt_timer *t = registry; t; t = t->reg_next)
+        lock_timer_for_fork(t);
+}
+
+static void atfork_parent(void)
+{
+    for (hwt_timer *t = registry; t; t = t->reg_next)
+        unlock_timer_after_fork(t, false);
+    pthread_mutex_unlock(&registry_lock);
+}
+
+static void atfork_child(void)
+{
+    for (hwt_timer *t = registry; t; t = t->reg_next)
+        unlock_timer_after_fork(t, true);
+    pthread_mutex_unlock(&registry_lock);
+}
+
+static void install_atfork(void)
+{
+    pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+}
+
+/* ---- small helpers ---- */
+
+int64_t hwt_monotonic_ns(void *unused)
+{
+    (void)unused;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+uint32_t hwt_round_ticks(uint64_t n)
+{
+    if (n == 0 || n > HWT_MAX_TICKS_PER_WHEEL)
+        return 0;
+    uint32_t p = 1;
+    while (p < n)
+        p <<= 1;
+    return p;
+}
+
+static inline int64_t now_rel(const hwt_timer *t)
+{
+    return t->cfg.clock(t->cfg.clock_ctx) - t->start_time;
+}
+
+static void futex_wake(_Atomic uint32_t *word)
+{
+    syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+}
+
+/* Wakes the worker if it is sleeping; otherwise it will see the work when
+   it next checks before sleeping. */
+static void wake_worker(hwt_timer *t)
+{
+    if (atomic_exchange(&t->futex_word, WOKEN) == SLEEPING)
+        futex_wake(&t->futex_word);
+}
+
+/* ---- occupancy bitmap: which buckets are non-empty ---- */
+
+static inline void mark_occupied(hwt_timer *t, uint32_t b)
+{
+    size_t w = b >> 6;
+    t->occupied[w] |= UINT64_C(1) << (b & 63);
+    t->summary[w >> 6] |= UINT64_C(1) << (w & 63);
+}
+
+static inline void mark_empty(hwt_timer *t, uint32_t b)
+{
+    size_t w = b >> 6;
+    t->occupied[w] &= ~(UINT64_C(1) << (b & 63));
+    if (!t->occupied[w])
+        t->summary[w >> 6] &= ~(UINT64_C(1) << (w & 63));
+}
+
+/* Returns the first occupied bucket index >= from, or -1. */
+static int64_t first_occupied_from(const hwt_timer *t, uint32_t from)
+{
+    size_t w = from >> 6;
+    uint64_t bits = t->occupied[w] & (~UINT64_C(0) << (from & 63));
+    if (bits)
+        return (int64_t)((w << 6) | (size_t)__builtin_ctzll(bits));
+    size_t sw = (w + 1) >> 6;
+    if (sw >= t->summary_words)
+        return -1;
+    uint64_t sbits = (w + 1) & 63 ? t->summary[sw] & (~UINT64_C(0) << ((w + 1) & 63))
+                                  : t->summary[sw];
+    for (;;) {
+        if (sbits) {
+            size_t word = (sw << 6) | (size_t)__builtin_ctzll(sbits);
+            return (int64_t)((word << 6) | (size_t)__builtin_ctzll(t->occupied[word]));
+        }
+        if (++sw >= t->summary_words)
+            return -1;
+        sbits = t->summary[sw];
+    }
+}
+
+/* Returns the first tick >= from whose bucket is occupied, or HWT_NEVER. */
+static int64_t next_occupied_tick(const hwt_timer *t, int64_t from)
+{
+    uint32_t pos = (uint32_t)from & t->mask;
+    int64_t b = first_occupied_from(t, pos);
+    if (b < 0 && pos)
+        b = first_occupied_from(t, 0);
+    if (b < 0)
+        return HWT_NEVER;
+    return from + (int64_t)(((uint32_t)b - pos) & t->mask);
+}
+
+/* ---- buckets ---- */
+
+static inline void bucket_append(hwt_timer *t, uint32_t b, hwt_timeout *to)
+{
+    hwt_link *head = &t->buckets[b];
+    if (!head->next) /* first use: the bucket array is left to calloc's zero pages */
+        head->next = head->prev = head;
+    to->link.prev = head->prev;
+    to->link.next = head;
+    head->prev->next = &to->link;
+    head->prev = &to->link;
+    mark_occupied(t, b);
+}
+
+static inline void bucket_unlink(hwt_timer *t, hwt_timeout *to)
+{
+    hwt_link *l = &to->link;
+    l->prev->next = l->next;
+    l->next->prev = l->prev;
+    /* next == prev only when both are the bucket's head: it is now empty */
+    if (l->next == l->prev)
+        mark_empty(t, (uint32_t)(l->next - t->buckets));
+    l->prev = NULL;
+    l->next = NULL;
+}
+
+/* ---- delivery to sinks (worker side) ---- */
+
+static void deliver(hwt_timer *t, hwt_timeout *to, hwt_sink *s)
+{
+    to->link.next = NULL;
+    if (s->batch_tail)
+        s->batch_tail->link.next = &to->link;
+    else
+        s->batch_head = to;
+    s->batch_tail = to;
+    if (s != &t->dflt && !s->in_batch) {
+        s->in_batch = true;
+        s->batch_next = t->batch_sinks;
+        t->batch_sinks = s;
+    }
+}
+
+/* Appends `s`'s batch to what it holds and wakes its consumer if it was
+   empty.  Returns false, delivering nothing, if the sink is closed. */
+static bool publish_batch(hwt_sink *s)
+{
+    pthread_mutex_lock(&s->lock);
+    if (s->closed) {
+        pthread_mutex_unlock(&s->lock);
+        return false;
+    }
+    bool was_empty = s->head == NULL;
+    if (s->tail)
+        s->tail->link.next = &s->batch_head->link;
+    else
+        s->head = s->batch_head;
+    s->tail = s->batch_tail;
+    if (was_empty) {
+        if (s->wake)
+            s->wake(s);
+        else
+            pthread_cond_signal(&s->ready);
+    }
+    pthread_mutex_unlock(&s->lock);
+    s->batch_head = s->batch_tail = NULL;
+    return true;
+}
+
+static void publish_batches(hwt_timer *t)
+{
+    hwt_sink *s = t->batch_sinks;
+    t->batch_sinks = NULL;
+    while (s) {
+        hwt_sink *next = s->batch_next;
+        s->in_batch = false;
+        if (!publish_batch(s)) {
+            /* its consumer is gone: the default sink releases them */
+            hwt_timeout *to = s->batch_head;
+            s->batch_head = s->batch_tail = NULL;
+            while (to) {
+                hwt_timeout *n = hwt_timeout_of(to->link.next);
+                deliver(t, to, &t->dflt);
+                to = n;
+            }
+        }
+        s = next;
+    }
+    if (t->dflt.batch_head)
+        publish_batch(&t->dflt);
+}
+
+/* ---- the tick: cancellations, transfer, expiry ---- */
+
+/* A cancelled timeout is done with: count it and hand it back. */
+static void release_cancelled(hwt_timer *t, hwt_timeout *to)
+{
+    deliver(t, to, &t->dflt);
+}
+
+static void count_cancel(hwt_timer *t)
+{
+    atomic_fetch_sub_explicit(&t->pending, 1, memory_order_relaxed);
+    atomic_store_explicit(&t->cancelled,
+                          atomic_load_explicit(&t->cancelled, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
+}
+
+/* Processes one cancelled timeout taken from the cancel vector. */
+static void process_cancel(hwt_timer *t, hwt_timeout *to)
+{
+    count_cancel(t);
+    if (to->link.prev) {
+        bucket_unlink(t, to);
+        release_cancelled(t, to);
+    } else {
+        to->flags |= CANCEL_SEEN; /* still queued: transfer releases it */
+    }
+}
+
+static void process_cancels(hwt_timer *t)
+{
+    pthread_mutex_lock(&t->cancel_lock);
+    size_t n = t->ncancels;
+    hwt_timeout **v = t->cancels;
+    size_t cap = t->cancels_cap;
+    t->cancels = t->cancels_spare;
+    t->cancels_cap = t->spare_cap;
+    t->ncancels = 0;
+    pthread_mutex_unlock(&t->cancel_lock);
+    for (size_t i = 0; i < n; i++)
+        process_cancel(t, v[i]);
+    t->cancels_spare = v;
+    t->spare_cap = cap;
+}
+
+/* Moves what producers pushed onto the worker's FIFO list. */
+static void take_new(hwt_timer *t, hwt_timeout *replacement)
+{
+    hwt_timeout *stack = atomic_exchange(&t->new_head, replacement);
+    if (stack == CLOSED)
+        stack = NULL;
+    hwt_timeout *fifo = NULL, *last = stack;
+    while (stack) {
+        hwt_timeout *n = hwt_timeout_of(stack->link.next);
+        stack->link.next = (hwt_link *)fifo;
+        fifo = stack;
+        stack = n;
+    }
+    if (!fifo)
+        return;
+    if (t->xfer_tail)
+        t->xfer_tail->link.next = &fifo->link;
+    else
+        t->xfer_head = fifo;
+    t->xfer_tail = last;
+}
+
+static hwt_timeout *pop_xfer(hwt_timer *t)
+{
+    hwt_timeout *to = t->xfer_head;
+    if (to) {
+        t->xfer_head = hwt_timeout_of(to->link.next);
+        if (!t->xfer_head)
+            t->xfer_tail = NULL;
+        to->link.next = NULL;
+    }
+    return to;
+}
+
+/* Moves at most `limit` queued timeouts into their buckets. */
+static void transfer(hwt_timer *t, size_t limit)
+{
+    take_new(t, NULL);
+    for (size_t i = 0; i < limit; i++) {
+        hwt_timeout *to = pop_xfer(t);
+        if (!to)
+            break;
+        if (to->flags & CANCEL_SEEN) {
+            release_cancelled(t, to);
+            continue;
+        }
+        int64_t calc = to->deadline / t->cfg.tick_ns;
+        int64_t ticks = calc > t->tick ? calc : t->tick; /* never into the past */
+        bucket_append(t, (uint32_t)ticks & t->mask, to);
+    }
+}
+
+/* Expires the due timeouts of tick `tick`'s bucket, in scheduling order. */
+static void expire_bucket(hwt_timer *t, int64_t tick)
+{
+    uint32_t b = (uint32_t)tick & t->mask;
+    int64_t tick_end = (tick + 1) * t->cfg.tick_ns;
+    hwt_link *head = &t->buckets[b];
+    uint64_t n = 0;
+    if (!head->next)
+        return; /* never used */
+    for (hwt_link *l = head->next; l != head;) {
+        hwt_timeout *to = hwt_timeout_of(l);
+        l = l->next;
+        if (to->deadline >= tick_end)
+            continue; /* remaining rounds > 0: a later turn of the wheel */
+        uint32_t expect = HWT_INIT;
+        if (!atomic_compare_exchange_strong(&to->state, &expect, HWT_EXPIRED))
+            continue; /* cancelled: its queued cancel unlinks it */
+        bucket_unlink(t, to);
+        deliver(t, to, to->sink ? to->sink : &t->dflt);
+        n++;
+    }
+    if (n) {
+        atomic_fetch_sub_explicit(&t->pending, (int64_t)n, memory_order_relaxed);
+        atomic_store_explicit(&t->expired,
+                              atomic_load_explicit(&t->expired, memory_order_relaxed) + n,
+                              memory_order_relaxed);
+        if (n > atomic_load_explicit(&t->max_expired, memory_order_relaxed))
+            atomic_store_explicit(&t->max_expired, n, memory_order_relaxed);
+    }
+}
+
+/* The tick whose end is the latest at or before `now`, or -1. */
+static int64_t last_ended_tick(const hwt_timer *t, int64_t now)
+{
+    int64_t rel = now - t->start_time;
+    return rel < t->cfg.tick_ns ? -1 : rel / t->cfg.tick_ns - 1;
+}
+
+/* The tick the worker must next wake for, or HWT_NEVER. */
+static int64_t next_target(const hwt_timer *t)
+{
+    if (t->cfg.wake_every_tick || t->xfer_head)
+        return t->tick;
+    return next_occupied_tick(t, t->tick);
+}
+
+/* Processes every tick that has ended by `now` and has work, in order,
+   each as: cancellations, transfer, expiry.  Returns the next target tick.
+   Called with t->lock held. */
+static int64_t run_due(hwt_timer *t, int64_t now)
+{
+    int64_t due = last_ended_tick(t, now);
+    for (;;) {
+        process_cancels(t);
+        transfer(t, HWT_MAX_TRANSFER_PER_TICK);
+        if (t->tick > due)
+            break;
+        int64_t next = next_target(t);
+        if (next > due) {
+            t->tick = due + 1; /* the ticks between hold nothing */
+            break;
+        }
+        t->tick = next;
+        expire_bucket(t, next);
+        t->tick = next + 1;
+        atomic_store_explicit(&t->ticks,
+                              atomic_load_explicit(&t->ticks, memory_order_relaxed) + 1,
+                              memory_order_relaxed);
+        publish_batches(t);
+        if (atomic_load_explicit(&t->stopping, memory_order_relaxed))
+            break;
+    }
+    publish_batches(t);
+    atomic_store_explicit(&t->tick_seen, t->tick, memory_order_relaxed);
+    return next_target(t);
+}
+
+/* ---- the worker thread ---- */
+
+static bool cancels_queued(hwt_timer *t)
+{
+    pthread_mutex_lock(&t->cancel_lock);
+    bool any = t->ncancels != 0;
+    pthread_mutex_unlock(&t->cancel_lock);
+    return any;
+}
+
+/* Sleeps until the end of tick `target` (HWT_NEVER: until woken), unless a
+   producer has work for it first. */
+static void sleep_until_tick(hwt_timer *t, int64_t target)
+{
+    int64_t limit = HWT_NEVER, wake_at = HWT_NEVER;
+    if (target != HWT_NEVER && target < (HWT_NEVER - t->start_time) / t->cfg.tick_ns - 1) {
+        limit = target * t->cfg.tick_ns;
+        wake_at = t->start_time + (target + 1) * t->cfg.tick_ns;
+    }
+    atomic_store(&t->futex_word, SLEEPING);
+    atomic_store(&t->wake_limit, limit);
+    atomic_store(&t->cancel_wake, target > t->tick);
+    /* Dekker with the producers: they push, then read wake_limit. */
+    if (atomic_load(&t->new_head) != NULL || atomic_load(&t->stopping) ||
+        (target > t->tick && cancels_queued(t))) {
+        atomic_store(&t->futex_word, AWAKE);
+        atomic_store(&t->wake_limit, -1);
+        return;
+    }
+    struct timespec ts, *tsp = NULL;
+    if (wake_at != HWT_NEVER) {
+        ts.tv_sec = (time_t)(wake_at / 1000000000);
+        ts.tv_nsec = (long)(wake_at % 1000000000);
+        tsp = &ts;
+    }
+    while (atomic_load(&t->futex_word) == SLEEPING) {
+        long r = syscall(SYS_futex, (uint32_t *)&t->futex_word,
+                         FUTEX_WAIT_BITSET_PRIVATE, SLEEPING, tsp, NULL,
+                         FUTEX_BITSET_MATCH_ANY);
+        if (r == -1 && errno == ETIMEDOUT)
+            break;
+    }
+    atomic_store(&t->wake_limit, -1);
+    atomic_store(&t->cancel_wake, false);
+    atomic_store(&t->futex_word, AWAKE);
+    atomic_store_explicit(&t->wakeups,
+                          atomic_load_explicit(&t->wakeups, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
+}
+
+static void *worker_main(void *arg)
+{
+    hwt_timer *t = arg;
+    pthread_setname_np(pthread_self(), t->name);
+    while (!atomic_load(&t->stopping)) {
+        pthread_mutex_lock(&t->lock);
+        int64_t target = run_due(t, hwt_monotonic_ns(NULL));
+        pthread_mutex_unlock(&t->lock);
+        if (atomic_load(&t->stopping))
+            break;
+        sleep_until_tick(t, target);
+    }
+    return NULL;
+}
+
+/* ---- life cycle ---- */
+
+hwt_timer *hwt_timer_new(const hwt_config *config)
+{
+    uint32_t n = hwt_round_ticks(config->ticks_per_wheel);
+    if (!n || config->tick_ns <= 0 || config->tick_ns > INT64_MAX / n ||
+        (config->clock && !config->manual)) {
+        errno = EINVAL;
+        return NULL;
+    }
+    pthread_once(&atfork_once, install_atfork);
+    hwt_timer *t = calloc(1, sizeof(*t));
+    if (!t)
+        return NULL;
+    t->cfg = *config;
+    t->cfg.ticks_per_wheel = n;
+    t->cfg.thread_name = NULL; /* copied into name */
+    if (!t->cfg.clock)
+        t->cfg.clock = hwt_monotonic_ns;
+    snprintf(t->name, sizeof(t->name), "%s", config->thread_name ? config->thread_name : "hwtimer");
+    t->mask = n - 1;
+    t->words = (n + 63) / 64;
+    t->summary_words = (t->words + 63) / 64;
+    /* A large wheel is mostly untouched: calloc keeps its pages unmapped
+       until a bucket is first used. */
+    t->buckets = calloc(n, sizeof(hwt_link));
+    t->occupied = calloc(t->words, sizeof(uint64_t));
+    t->summary = calloc(t->summary_words, sizeof(uint64_t));
+    if (!t->buckets || !t->occupied || !t->summary)
+        goto fail;
+    pthread_mutex_init(&t->lock, NULL);
+    pthread_mutex_init(&t->cancel_lock, NULL);
+    pthread_mutex_init(&t->sinks_lock, NULL);
+    atomic_init(&t->wake_limit, -1);
+    atomic_init(&t->refs, 1);
+    if (hwt_sink_init(&t->dflt, t, NULL, -1, NULL) != 0)
+        goto fail_locks;
+    pthread_mutex_lock(&registry_lock);
+    t->reg_next = registry;
+    if (registry)
+        registry->reg_prev = t;
+    registry = t;
+    pthread_mutex_unlock(&registry_lock);
+    return t;
+fail_locks:
+    pthread_mutex_destroy(&t->lock);
+    pthread_mutex_destroy(&t->cancel_lock);
+    pthread_mutex_destroy(&t->sinks_lock);
+fail:
+    free(t->buckets);
+    free(t->occupied);
+    free(t->summary);
+    free(t);
+    errno = ENOMEM;
+    return NULL;
+}
+
+void hwt_timer_incref(hwt_timer *t) { atomic_fetch_add(&t->refs, 1); }
+
+void hwt_timer_decref(hwt_timer *t)
+{
+    if (atomic_fetch_sub(&t->refs, 1) != 1)
+        return;
+    pthread_mutex_lock(&registry_lock);
+    if (t->reg_prev)
+        t->reg_prev->reg_next = t->reg_next;
+    else
+        registry = t->reg_next;
+    if (t->reg_next)
+        t->reg_next->reg_prev = t->reg_prev;
+    pthread_mutex_unlock(&registry_lock);
+    hwt_sink_destroy(&t->dflt);
+    pthread_mutex_destroy(&t->lock);
+    pthread_mutex_destroy(&t->cancel_lock);
+    pthread_mutex_destroy(&t->sinks_lock);
+    free(t->cancels);
+    free(t->cancels_spare);
+    free(t->buckets);
+    free(t->occupied);
+    free(t->summary);
+    free(t);
+}
+
+int hwt_timer_start(hwt_timer *t)
+{
+    if (t->state == T_STARTED)
+        return 0;
+    if (t->state == T_STOPPED)
+        return EALREADY;
+    t->start_time = t->cfg.clock(t->cfg.clock_ctx);
+    if (!t->cfg.manual) {
+        /* the worker blocks every signal: they belong to the main thread */
+        sigset_t all, old;
+        sigfillset(&all);
+        pthread_sigmask(SIG_SETMASK, &all, &old);
+        int err = pthread_create(&t->thread, NULL, worker_main, t);
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        if (err)
+            return err;
+    }
+    t->state = T_STARTED;
+    return 0;
+}
+
+bool hwt_timer_started(const hwt_timer *t) { return t->state == T_STARTED; }
+bool hwt_timer_stopped(const hwt_timer *t) { return t->state == T_STOPPED; }
+bool hwt_timer_orphaned(const hwt_timer *t) { return t->orphaned; }
+const hwt_config *hwt_timer_config(const hwt_timer *t) { return &t->cfg; }
+int64_t hwt_timer_start_time(const hwt_timer *t) { return t->start_time; }
+int64_t hwt_timer_now(const hwt_timer *t) { return t->cfg.clock(t->cfg.clock_ctx); }
+hwt_sink *hwt_timer_default_sink(hwt_timer *t) { return &t->dflt; }
+
+/* ---- producers ---- */
+
+int hwt_timer_schedule(hwt_timer *t, hwt_timeout *to, int64_t delay_ns)
+{
+    int64_t now = now_rel(t);
+    int64_t deadline = delay_ns <= 0 ? now : delay_ns >= HWT_NEVER - now ? HWT_NEVER : now + delay_ns;
+    to->deadline = deadline;
+    to->flags = 0;
+    to->link.prev = NULL;
+    atomic_store_explicit(&to->state, HWT_INIT, memory_order_relaxed);
+    if (t->state != T_STARTED || t->orphaned)
+        return HWT_ESTOPPED;
+    int64_t pending = atomic_fetch_add_explicit(&t->pending, 1, memory_order_relaxed) + 1;
+    if (t->cfg.max_pending > 0 && pending > t->cfg.max_pending) {
+        atomic_fetch_sub_explicit(&t->pending, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&t->rejected, 1, memory_order_relaxed);
+        return HWT_EREJECTED;
+    }
+    hwt_timeout *head = atomic_load_explicit(&t->new_head, memory_order_relaxed);
+    do {
+        if (head == CLOSED) {
+            atomic_fetch_sub_explicit(&t->pending, 1, memory_order_relaxed);
+            return HWT_ESTOPPED;
+        }
+        to->link.next = &head->link;
+    } while (!atomic_compare_exchange_weak(&t->new_head, &head, to));
+    atomic_fetch_add_explicit(&t->scheduled, 1, memory_order_relaxed);
+    if (deadline < atomic_load(&t->wake_limit))
+        wake_worker(t);
+    return HWT_OK;
+}
+
+int hwt_timeout_cancel(hwt_timeout *to)
+{
+    hwt_timer *t = to->sink->timer;
+    if (atomic_load_explicit(&to->state, memory_order_relaxed) != HWT_INIT)
+        return 0;
+    pthread_mutex_lock(&t->cancel_lock);
+    uint32_t expect = HWT_INIT;
+    if (!atomic_compare_exchange_strong(&to->state, &expect, HWT_CANCELLED)) {
+        pthread_mutex_unlock(&t->cancel_lock);
+        return 0;
+    }
+    if (t->cancel_closed) {
+        /* stopped: stop()'s sweep finds it cancelled and releases it */
+        pthread_mutex_unlock(&t->cancel_lock);
+        return 1;
+    }
+    if (t->ncancels == t->cancels_cap) {
+        size_t cap = t->cancels_cap ? t->cancels_cap * 2 : 64;
+        hwt_timeout **v = realloc(t->cancels, cap * sizeof(*v));
+        if (!v) {
+            atomic_store(&to->state, HWT_INIT); /* nobody acted on it yet */
+            pthread_mutex_unlock(&t->cancel_lock);
+            return -1;
+        }
+        t->cancels = v;
+        t->cancels_cap = cap;
+    }
+    bool first = t->ncancels++ == 0;
+    t->cancels[t->ncancels - 1] = to;
+    pthread_mutex_unlock(&t->cancel_lock);
+    if (first && atomic_exchange(&t->cancel_wake, false))
+        wake_worker(t);
+    return 1;
+}
+
+int64_t hwt_timer_pending(hwt_timer *t)
+{
+    return atomic_load_explicit(&t->pending, memory_order_relaxed);
+}
+
+void hwt_timer_stats(hwt_timer *t, hwt_stats *out)
+{
+    out->expired = atomic_load_explicit(&t->expired, memory_order_relaxed);
+    out->cancelled = atomic_load_explicit(&t->cancelled, memory_order_relaxed);
+    out->pending = atomic_load_explicit(&t->pending, memory_order_relaxed);
+    out->scheduled = atomic_load_explicit(&t->scheduled, memory_order_relaxed);
+    out->rejected = atomic_load_explicit(&t->rejected, memory_order_relaxed);
+    out->ticks = atomic_load_explicit(&t->ticks, memory_order_relaxed);
+    out->wakeups = atomic_load_explicit(&t->wakeups, memory_order_relaxed);
+    out->max_expired_per_tick = atomic_load_explicit(&t->max_expired, memory_order_relaxed);
+    out->tick = atomic_load_explicit(&t->tick_seen, memory_order_relaxed);
+}
+
+/* ---- stop ---- */
+
+/* Sweeps a timeout still held at stop: an unprocessed one is cancelled and
+   returned; one a late cancel() got first is released. */
+static void sweep(hwt_timer *t, hwt_timeout *to, hwt_timeout **out_tail)
+{
+    uint32_t expect = HWT_INIT;
+    bool mine = atomic_compare_exchange_strong(&to->state, &expect, HWT_CANCELLED);
+    count_cancel(t);
+    if (!mine) {
+        release_cancelled(t, to);
+        return;
+    }
+    to->link.next = NULL;
+    (*out_tail)->link.next = &to->link;
+    *out_tail = to;
+}
+
+hwt_timeout *hwt_timer_stop(hwt_timer *t)
+{
+    if (t->state != T_STARTED) {
+        t->state = T_STOPPED;
+        return NULL;
+    }
+    t->state = T_STOPPED;
+    atomic_store(&t->stopping, true);
+    wake_worker(t);
+    if (!t->cfg.manual && !t->orphaned)
+        pthread_join(t->thread, NULL);
+
+    pthread_mutex_lock(&t->lock);
+    /* From here no cancel is queued and nothing new is accepted. */
+    pthread_mutex_lock(&t->cancel_lock);
+    t->cancel_closed = true;
+    pthread_mutex_unlock(&t->cancel_lock);
+    process_cancels(t);
+    take_new(t, CLOSED);
+
+    hwt_timeout out_head = {0}, *out_tail = &out_head;
+    for (hwt_timeout *to; (to = pop_xfer(t));) {
+        if (to->flags & CANCEL_SEEN)
+            release_cancelled(t, to);
+        else
+            sweep(t, to, &out_tail);
+    }
+    for (int64_t b = next_occupied_tick(t, 0); b != HWT_NEVER; b = next_occupied_tick(t, 0)) {
+        hwt_link *head = &t->buckets[b];
+        while (head->next != head) {
+            hwt_timeout *to = hwt_timeout_of(head->next);
+            bucket_unlink(t, to);
+            sweep(t, to, &out_tail);
+        }
+    }
+    publish_batches(t);
+    pthread_mutex_lock(&t->sinks_lock);
+    for (hwt_sink *s = t->sinks; s; s = s->next_sink) {
+        pthread_mutex_lock(&s->lock);
+        s->finished = true;
+        if (s->wake)
+            s->wake(s);
+        else
+            pthread_cond_broadcast(&s->ready);
+        pthread_mutex_unlock(&s->lock);
+    }
+    pthread_mutex_unlock(&t->sinks_lock);
+    pthread_mutex_unlock(&t->lock);
+    return hwt_timeout_of(out_head.link.next);
+}
+
+int64_t hwt_timer_advance(hwt_timer *t, int64_t now)
+{
+    if (t->state != T_STARTED)
+        return HWT_NEVER;
+    pthread_mutex_lock(&t->lock);
+    int64_t target = run_due(t, now);
+    pthread_mutex_unlock(&t->lock);
+    if (target == HWT_NEVER || target >= (HWT_NEVER - t->start_time) / t->cfg.tick_ns - 1)
+        return HWT_NEVER;
+    return t->start_time + (target + 1) * t->cfg.tick_ns;
+}
+
+/* ---- sinks ---- */
+
+int hwt_sink_init(hwt_sink *s, hwt_timer *t, hwt_wake_fn wake, int wake_fd, void *owner)
+{
+    memset(s, 0, sizeof(*s));
+    s->timer = t;
+    s->owner = owner;
+    s->wake = wake;
+    s->wake_fd = wake_fd;
+    int err = pthread_mutex_init(&s->lock, NULL);
+    if (err)
+        return err;
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    err = pthread_cond_init(&s->ready, &attr);
+    pthread_condattr_destroy(&attr);
+    if (err) {
+        pthread_mutex_destroy(&s->lock);
+        return err;
+    }
+    pthread_mutex_lock(&t->sinks_lock);
+    s->next_sink = t->sinks;
+    if (t->sinks)
+        t->sinks->prev_sink = s;
+    t->sinks = s;
+    s->finished = t->state == T_STOPPED;
+    pthread_mutex_unlock(&t->sinks_lock);
+    return 0;
+}
+
+hwt_timeout *hwt_sink_close(hwt_sink *s)
+{
+    pthread_mutex_lock(&s->lock);
+    s->closed = true;
+    hwt_timeout *list = s->head;
+    s->head = s->tail = NULL;
+    pthread_mutex_unlock(&s->lock);
+    return list;
+}
+
+void hwt_sink_destroy(hwt_sink *s)
+{
+    hwt_timer *t = s->timer;
+    pthread_mutex_lock(&t->sinks_lock);
+    if (s->prev_sink)
+        s->prev_sink->next_sink = s->next_sink;
+    else
+        t->sinks = s->next_sink;
+    if (s->next_sink)
+        s->next_sink->prev_sink = s->prev_sink;
+    pthread_mutex_unlock(&t->sinks_lock);
+    pthread_cond_destroy(&s->ready);
+    pthread_mutex_destroy(&s->lock);
+}
+
+hwt_timeout *hwt_sink_take(hwt_sink *s)
+{
+    pthread_mutex_lock(&s->lock);
+    hwt_timeout *list = s->head;
+    s->head = s->tail = NULL;
+    pthread_mutex_unlock(&s->lock);
+    return list;
+}
+
+void hwt_sink_put_back(hwt_sink *s, hwt_timeout *list)
+{
+    if (!list)
+        return;
+    hwt_timeout *last = list;
+    while (last->link.next)
+        last = hwt_timeout_of(last->link.next);
+    pthread_mutex_lock(&s->lock);
+    last->link.next = s->head ? &s->head->link : NULL;
+    if (!s->head)
+        s->tail = last;
+    s->head = list;
+    pthread_mutex_unlock(&s->lock);
+}
+
+hwt_timeout *hwt_sink_wait(hwt_sink *s, bool *finished)
+{
+    pthread_mutex_lock(&s->lock);
+    while (!s->head && !s->finished)
+        pthread_cond_wait(&s->ready, &s->lock);
+    hwt_timeout *list = s->head;
+    s->head = s->tail = NULL;
+    *finished = list == NULL;
+    pthread_mutex_unlock(&s->lock);
+    return list;
+}
+
+/* ---- lateness window ---- */
+
+void hwt_timer_record_task(hwt_timer *t, int64_t late_ns, int64_t run_ns)
+{
+    t->late[t->late_pos] = late_ns;
+    t->late_pos = (t->late_pos + 1) % LATENCY_WINDOW;
+    if (t->late_n < LATENCY_WINDOW)
+        t->late_n++;
+    if (run_ns > t->task_time_max)
+        t->task_time_max = run_ns;
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+void hwt_timer_latency(hwt_timer *t, hwt_latency *out)
+{
+    int64_t sorted[LATENCY_WINDOW];
+    size_t n = t->late_n;
+    memcpy(sorted, t->late, n * sizeof(int64_t));
+    qsort(sorted, n, sizeof(int64_t), cmp_i64);
+    out->samples = n;
+    out->late_p50 = n ? sorted[(n - 1) / 2] : 0;
+    out->late_p99 = n ? sorted[(n - 1) * 99 / 100] : 0;
+    out->late_max = n ? sorted[n - 1] : 0;
+    out->task_time_max = t->task_time_max;
+}

@@ -1,0 +1,188 @@
+/*
+ * hwt.h: the C core of hwtimer, Netty's HashedWheelTimer without Python.
+ *
+ * A timer owns a power-of-two wheel of buckets (intrusive doubly linked
+ * lists), a lock-free multi-producer queue of new timeouts, a short-locked
+ * queue of cancellations, and one worker thread that ticks.  Expired
+ * timeouts are handed, a batch per tick, to "sinks": queues that a consumer
+ * (a dispatch thread, an event loop) drains.  The core never allocates a
+ * timeout: the embedder embeds `hwt_timeout` in its own objects.
+ *
+ * Threads: schedule, cancel and the sink calls are safe from any thread.
+ * Everything else about a timer (start, stop, advance, free) is called by
+ * one thread at a time.
+ */
+#ifndef HWT_H
+#define HWT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define HWT_NEVER INT64_MAX /* a deadline that is never reached */
+#define HWT_MAX_TICKS_PER_WHEEL (1u << 30)
+#define HWT_MAX_TRANSFER_PER_TICK 100000
+
+typedef struct hwt_timer hwt_timer;
+typedef struct hwt_sink hwt_sink;
+
+typedef struct hwt_link {
+    struct hwt_link *next;
+    struct hwt_link *prev; /* NULL while the timeout is not in a bucket */
+} hwt_link;
+
+/* A timeout moves INIT -> CANCELLED or INIT -> EXPIRED, once, by CAS. */
+enum { HWT_INIT = 0, HWT_CANCELLED = 1, HWT_EXPIRED = 2 };
+
+/* Embedded in the embedder's object; 40 bytes on 64-bit platforms. */
+typedef struct hwt_timeout {
+    /* In a bucket: the bucket's list.  Queued or delivered: `link.next`
+       chains the queue or the batch (cast back with hwt_timeout_of). */
+    hwt_link link;
+    int64_t deadline;        /* ns since the timer's start; HWT_NEVER saturates */
+    _Atomic uint32_t state;  /* HWT_INIT, HWT_CANCELLED, HWT_EXPIRED */
+    uint32_t flags;          /* the worker's own bookkeeping */
+    hwt_sink *sink;          /* borrowed: where its expiry is delivered */
+} hwt_timeout;
+
+#define hwt_timeout_of(l) ((hwt_timeout *)(void *)(l))
+
+/* Returns the time in ns on a monotonic clock. */
+typedef int64_t (*hwt_clock_fn)(void *ctx);
+
+typedef struct hwt_config {
+    int64_t tick_ns;          /* > 0; tick_ns * ticks_per_wheel fits in int64 */
+    uint32_t ticks_per_wheel; /* rounded up to a power of two, <= 2**30 */
+    int64_t max_pending;      /* <= 0: no limit */
+    const char *thread_name;  /* copied; NULL: "hwtimer" */
+    bool wake_every_tick;     /* tick like Netty even when idle (for comparison) */
+    bool manual;              /* no worker thread: hwt_timer_advance() drives it */
+    hwt_clock_fn clock;       /* NULL: CLOCK_MONOTONIC */
+    void *clock_ctx;
+} hwt_config;
+
+typedef struct hwt_stats {
+    int64_t pending;
+    uint64_t scheduled, expired, cancelled, rejected;
+    uint64_t ticks;                /* ticks whose bucket was processed */
+    uint64_t wakeups;              /* times the worker woke from sleep */
+    uint64_t max_expired_per_tick;
+    int64_t tick;                  /* the wheel's current tick */
+} hwt_stats;
+
+/* Results of hwt_timer_schedule. */
+enum { HWT_OK = 0, HWT_EREJECTED = 1, HWT_ESTOPPED = 2 };
+
+/* Returns the rounded wheel size for n (n > 0), or 0 if it is too large. */
+uint32_t hwt_round_ticks(uint64_t n);
+
+/* The default clock: CLOCK_MONOTONIC in ns. */
+int64_t hwt_monotonic_ns(void *unused);
+
+/* Returns a new stopped timer, or NULL with errno set (EINVAL, ENOMEM).
+   It holds one reference, dropped by hwt_timer_decref. */
+hwt_timer *hwt_timer_new(const hwt_config *config);
+void hwt_timer_incref(hwt_timer *t);
+/* Frees the timer when the last reference goes; it must be stopped or
+   never started by then. */
+void hwt_timer_decref(hwt_timer *t);
+
+/* Starts the worker (or, in manual mode, only the clock).  Returns 0, or
+   an errno value (EALREADY once stopped, or pthread_create's error). */
+int hwt_timer_start(hwt_timer *t);
+bool hwt_timer_started(const hwt_timer *t);
+bool hwt_timer_stopped(const hwt_timer *t);
+/* True in a child of fork() for a timer started in the parent: it has no
+   worker and cannot be started again. */
+bool hwt_timer_orphaned(const hwt_timer *t);
+
+const hwt_config *hwt_timer_config(const hwt_timer *t);
+/* The clock reading at start; deadlines count from it. */
+int64_t hwt_timer_start_time(const hwt_timer *t);
+int64_t hwt_timer_now(const hwt_timer *t);
+
+/* Queues `to` (whose `sink` the caller has set) to expire `delay_ns` from
+   now; `delay_ns` <= 0 means the next tick, HWT_NEVER never.  Returns
+   HWT_OK, HWT_EREJECTED (pending would pass max_pending) or HWT_ESTOPPED.
+   On HWT_OK the timer owns `to` until it is delivered or returned by stop;
+   `to->deadline` is set either way. */
+int hwt_timer_schedule(hwt_timer *t, hwt_timeout *to, int64_t delay_ns);
+
+/* Returns 1 if this call cancelled `to`, 0 if it had expired or been
+   cancelled already, -1 (ENOMEM, nothing changed) if the cancel could not
+   be queued.  The worker unlinks it and hands it back through the timer's
+   default sink at its next tick. */
+int hwt_timeout_cancel(hwt_timeout *to);
+
+int64_t hwt_timer_pending(hwt_timer *t);
+void hwt_timer_stats(hwt_timer *t, hwt_stats *out);
+
+/* Stops the worker and waits for it.  Returns the timeouts that had
+   neither expired nor been cancelled, each now CANCELLED and owned by the
+   caller, chained by link.next.  Cancelled ones still held go to the
+   default sink, which is then marked finished.  A second call returns
+   NULL.  Must not be called from the worker. */
+hwt_timeout *hwt_timer_stop(hwt_timer *t);
+
+/* Manual mode: processes every tick whose end is at or before `now`.
+   Returns the clock value at which the next tick with work ends, or
+   HWT_NEVER if nothing is pending. */
+int64_t hwt_timer_advance(hwt_timer *t, int64_t now);
+
+/* ---- sinks: where expired (and released) timeouts are delivered ---- */
+
+/* Wakes a sink's consumer.  Called by the worker with the sink's lock held,
+   once per batch that makes an empty sink non-empty. */
+typedef void (*hwt_wake_fn)(hwt_sink *s);
+
+struct hwt_sink {
+    hwt_timer *timer;   /* borrowed: the timer it belongs to */
+    void *owner;        /* the embedder's, never touched by the core */
+    hwt_wake_fn wake;   /* NULL: signal `ready` */
+    int wake_fd;        /* for the embedder's wake function; -1 if unused */
+    pthread_mutex_t lock;
+    pthread_cond_t ready;
+    /* under lock */
+    hwt_timeout *head, *tail;
+    bool closed;   /* deliveries go to the default sink instead */
+    bool finished; /* the timer stopped: nothing more will arrive */
+    /* the worker's own: the batch it is building this tick */
+    hwt_timeout *batch_head, *batch_tail;
+    hwt_sink *batch_next;
+    bool in_batch;
+    /* the timer's list of sinks, under the timer's sinks lock */
+    hwt_sink *next_sink, *prev_sink;
+};
+
+/* The sink every timeout cancelled or returned goes to, and the one for
+   timeouts without a sink of their own.  Owned by the timer. */
+hwt_sink *hwt_timer_default_sink(hwt_timer *t);
+
+/* Initialises `s` for timer `t`.  Returns 0 or an errno value. */
+int hwt_sink_init(hwt_sink *s, hwt_timer *t, hwt_wake_fn wake, int wake_fd,
+                  void *owner);
+/* Closes `s` and returns what was delivered and not yet taken; later
+   deliveries go to the default sink.  Call before hwt_sink_destroy. */
+hwt_timeout *hwt_sink_close(hwt_sink *s);
+void hwt_sink_destroy(hwt_sink *s);
+
+/* Takes everything delivered, oldest first (NULL if nothing). */
+hwt_timeout *hwt_sink_take(hwt_sink *s);
+/* Puts `list` (oldest first) back in front of what is queued. */
+void hwt_sink_put_back(hwt_sink *s, hwt_timeout *list);
+/* Blocks until something is delivered or the sink is finished; takes it.
+   Sets *finished when nothing more will ever arrive. */
+hwt_timeout *hwt_sink_wait(hwt_sink *s, bool *finished);
+
+/* Recent task lateness, kept by the embedder through the core so that
+   stats() reads one place.  Callers serialise (the binding holds the GIL). */
+void hwt_timer_record_task(hwt_timer *t, int64_t late_ns, int64_t run_ns);
+typedef struct hwt_latency {
+    int64_t late_p50, late_p99, late_max, task_time_max;
+    size_t samples;
+} hwt_latency;
+void hwt_timer_latency(hwt_timer *t, hwt_latency *out);
+
+#endif /* HWT_H */

@@ -1,0 +1,352 @@
+/*
+ * loopsink.c: delivery of call_later() callbacks to an asyncio event loop.
+ *
+ * One sink per (timer, loop): the worker appends each tick's expired
+ * callbacks for that loop to the sink and writes its eventfd once; the loop
+ * watches the eventfd with add_reader() and runs the whole batch in its own
+ * thread.  When the loop goes away (collected, or found closed) the sink is
+ * closed: what it held is released, and later expiries for it are released
+ * by the dispatch thread instead of run.
+ */
+#include "binding.h"
+
+#include <errno.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+/* The worker's wake-up for a loop: runs with the sink's lock held. */
+static void loop_sink_wake(hwt_sink *s)
+{
+    uint64_t one = 1;
+    ssize_t r = write(s->wake_fd, &one, sizeof(one));
+    (void)r; /* EAGAIN only when the counter is full: it is readable then */
+}
+
+/* Returns the loop (borrowed), or NULL once it has been collected. */
+static PyObject *sink_loop(LoopSinkObject *self)
+{
+    if (self->owns_loop || !self->loop_ref)
+        return self->loop;
+    PyObject *loop = PyWeakref_GetObject(self->loop_ref);
+    return loop == Py_None ? NULL : loop;
+}
+
+static void close_fd(LoopSinkObject *self)
+{
+    if (self->sink.wake_fd >= 0) {
+        close(self->sink.wake_fd);
+        self->sink.wake_fd = -1;
+    }
+}
+
+/* Stops deliveries to this sink and releases what it holds.  The eventfd
+   stays open while a live loop may still watch it. */
+static void sink_close(LoopSinkObject *self)
+{
+    if (self->closed)
+        return;
+    self->closed = true;
+    hwtimer_release_chain(hwt_sink_close(&self->sink));
+}
+
+/* Closes the sinks of a timer that is going away.  A loop still running
+   is woken so that its _run() unregisters the eventfd in its own thread. */
+void hwtimer_loop_sinks_close(PyObject *sinks)
+{
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(sinks); i++) {
+        LoopSinkObject *s = (LoopSinkObject *)PyList_GET_ITEM(sinks, i);
+        if (s->closed)
+            continue;
+        sink_close(s);
+        PyObject *loop = sink_loop(s);
+        PyObject *closed = loop ? PyObject_CallMethod(loop, "is_closed", NULL) : NULL;
+        if (closed == Py_False)
+            loop_sink_wake(&s->sink);
+        else
+            close_fd(s);
+        Py_XDECREF(closed);
+        PyErr_Clear();
+    }
+}
+
+/* ---- running callbacks in the loop's thread ---- */
+
+/* Reports a failed callback as asyncio reports a failed handle. */
+static void report_error(LoopSinkObject *self, PyObject *timeout)
+{
+    PyObject *type, *exc, *tb;
+    PyErr_Fetch(&type, &exc, &tb);
+    PyErr_NormalizeException(&type, &exc, &tb);
+    if (exc && tb)
+        PyException_SetTraceback(exc, tb);
+    PyObject *loop = sink_loop(self);
+    PyObject *msg = PyUnicode_FromFormat("Exception in callback %R",
+                                         ((TimeoutObject *)timeout)->task);
+    PyObject *ctx = msg ? Py_BuildValue("{s:O,s:O,s:O}", "message", msg, "exception",
+                                        exc ? exc : Py_None, "handle", timeout)
+                        : NULL;
+    PyObject *r = ctx && loop ? PyObject_CallMethod(loop, "call_exception_handler", "O", ctx)
+                              : NULL;
+    if (!r)
+        PyErr_WriteUnraisable(timeout);
+    Py_XDECREF(r);
+    Py_XDECREF(ctx);
+    Py_XDECREF(msg);
+    Py_XDECREF(type);
+    Py_XDECREF(exc);
+    Py_XDECREF(tb);
+}
+
+/* Runs one expired callback in its context.  Returns 0, or -1 with
+   KeyboardInterrupt or SystemExit set, which stop the loop as in asyncio. */
+static int run_callback(LoopSinkObject *self, LoopTimeoutObject *to)
+{
+    TimerObject *timer = TIMER_OF(&to->base);
+    int64_t start = hwt_monotonic_ns(NULL);
+    if (PyContext_Enter(to->context) < 0) {
+        report_error(self, (PyObject *)to);
+        return 0;
+    }
+    PyObject *r = PyObject_Call(to->base.task, to->args, NULL);
+    if (PyContext_Exit(to->context) < 0 && r) {
+        Py_CLEAR(r);
+    }
+    int64_t end = hwt_monotonic_ns(NULL);
+    hwt_timer_record_task(timer->core,
+                          start - (hwt_timer_start_time(timer->core) + to->base.node.deadline),
+                          end - start);
+    if (r) {
+        Py_DECREF(r);
+        return 0;
+    }
+    timer->task_errors++;
+    if (PyErr_ExceptionMatches(PyExc_KeyboardInterrupt) ||
+        PyErr_ExceptionMatches(PyExc_SystemExit))
+        return -1;
+    report_error(self, (PyObject *)to);
+    return 0;
+}
+
+/* _run(): the loop's reader callback. */
+static PyObject *sink_run(LoopSinkObject *self, PyObject *unused)
+{
+    (void)unused;
+    uint64_t count;
+    if (self->sink.wake_fd >= 0 && read(self->sink.wake_fd, &count, sizeof(count)) < 0 &&
+        errno != EAGAIN)
+        return PyErr_SetFromErrno(PyExc_OSError);
+    if (self->closed) {
+        /* the timer is gone: unregister in this, the loop's, thread */
+        PyObject *loop = sink_loop(self);
+        if (loop && self->sink.wake_fd >= 0) {
+            PyObject *r = PyObject_CallMethod(loop, "remove_reader", "i", self->sink.wake_fd);
+            Py_XDECREF(r);
+            PyErr_Clear();
+        }
+        close_fd(self);
+        Py_RETURN_NONE;
+    }
+    hwt_timeout *node = hwt_sink_take(&self->sink);
+    while (node) {
+        hwt_timeout *next = hwt_timeout_of(node->link.next);
+        LoopTimeoutObject *to = (LoopTimeoutObject *)hwtimer_timeout_from_node(node);
+        int r = run_callback(self, to);
+        Py_DECREF(to); /* the wheel's reference */
+        if (r < 0) {
+            /* the rest run at the loop's next turn, if it has one */
+            hwt_sink_put_back(&self->sink, next);
+            if (next)
+                loop_sink_wake(&self->sink);
+            return NULL;
+        }
+        node = next;
+    }
+    Py_RETURN_NONE;
+}
+
+/* _loop_gone(ref): the loop was collected. */
+static PyObject *sink_loop_gone(LoopSinkObject *self, PyObject *ref)
+{
+    (void)ref;
+    sink_close(self);
+    close_fd(self);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef loop_gone_def = {"_loop_gone", (PyCFunction)sink_loop_gone, METH_O, NULL};
+
+/* ---- finding or making the sink for a loop ---- */
+
+/* Closes the sinks whose loop is gone or closed and drops them from the
+   timer's list.  Returns 0 or -1. */
+static int purge(TimerObject *timer)
+{
+    PyObject *keep = PyList_New(0);
+    if (!keep)
+        return -1;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(timer->loop_sinks); i++) {
+        LoopSinkObject *s = (LoopSinkObject *)PyList_GET_ITEM(timer->loop_sinks, i);
+        PyObject *loop = sink_loop(s);
+        PyObject *closed = loop ? PyObject_CallMethod(loop, "is_closed", NULL) : NULL;
+        if (loop && !closed)
+            PyErr_Clear();
+        if (!s->closed && closed == Py_False) {
+            if (PyList_Append(keep, (PyObject *)s) < 0) {
+                Py_XDECREF(closed);
+                Py_DECREF(keep);
+                return -1;
+            }
+        } else {
+            sink_close(s);
+            close_fd(s); /* a closed loop's selector is gone */
+        }
+        Py_XDECREF(closed);
+    }
+    Py_SETREF(timer->loop_sinks, keep);
+    return 0;
+}
+
+/* Registers the sink's eventfd with `loop`, from any thread. */
+static int register_reader(hwtimer_state *st, LoopSinkObject *s, PyObject *loop)
+{
+    PyObject *reader = PyObject_GetAttrString((PyObject *)s, "_run");
+    if (!reader)
+        return -1;
+    PyObject *running = st->get_running_loop ? PyObject_CallNoArgs(st->get_running_loop) : NULL;
+    PyErr_Clear();
+    PyObject *r;
+    if (running == loop) {
+        r = PyObject_CallMethod(loop, "add_reader", "iO", s->sink.wake_fd, reader);
+    } else {
+        PyObject *add = PyObject_GetAttrString(loop, "add_reader");
+        r = add ? PyObject_CallMethod(loop, "call_soon_threadsafe", "OiO", add, s->sink.wake_fd,
+                                      reader)
+                : NULL;
+        Py_XDECREF(add);
+    }
+    Py_XDECREF(running);
+    Py_DECREF(reader);
+    if (!r)
+        return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+LoopSinkObject *hwtimer_loop_sink_for(TimerObject *timer, PyObject *loop)
+{
+    PyObject *sinks = timer->loop_sinks;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(sinks); i++) {
+        LoopSinkObject *s = (LoopSinkObject *)PyList_GET_ITEM(sinks, i);
+        if (s->loop == loop && !s->closed && sink_loop(s) == loop)
+            return s;
+    }
+    if (purge(timer) < 0)
+        return NULL;
+    hwtimer_state *st = timer->state;
+    LoopSinkObject *s = PyObject_GC_New(LoopSinkObject, st->loop_sink_type);
+    if (!s)
+        return NULL;
+    s->loop_ref = NULL;
+    s->loop = NULL;
+    s->owns_loop = false;
+    s->closed = true; /* until it is set up */
+    int fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (fd < 0) {
+        s->sink.timer = NULL;
+        Py_DECREF(s);
+        return (LoopSinkObject *)PyErr_SetFromErrno(PyExc_OSError);
+    }
+    int err = hwt_sink_init(&s->sink, timer->core, loop_sink_wake, fd, timer);
+    if (err) {
+        close(fd);
+        s->sink.timer = NULL;
+        Py_DECREF(s);
+        errno = err;
+        return (LoopSinkObject *)PyErr_SetFromErrno(PyExc_OSError);
+    }
+    hwt_timer_incref(timer->core); /* the sink lives on the core's list */
+    s->closed = false;
+    PyObject_GC_Track(s);
+    PyObject *callback = PyCFunction_New(&loop_gone_def, (PyObject *)s);
+    if (!callback)
+        goto fail;
+    s->loop_ref = PyWeakref_NewRef(loop, callback);
+    Py_DECREF(callback);
+    if (s->loop_ref) {
+        s->loop = loop; /* borrowed: compared, never used once it is gone */
+    } else if (PyErr_ExceptionMatches(PyExc_TypeError)) {
+        PyErr_Clear(); /* not weakly referenceable: keep it alive instead */
+        Py_INCREF(loop);
+        s->loop = loop;
+        s->owns_loop = true;
+    } else {
+        goto fail;
+    }
+    if (register_reader(st, s, loop) < 0 || PyList_Append(timer->loop_sinks, (PyObject *)s) < 0)
+        goto fail;
+    Py_DECREF(s); /* the timer's list holds it */
+    return s;
+fail:
+    sink_close(s);
+    close_fd(s);
+    Py_DECREF(s);
+    return NULL;
+}
+
+/* ---- GC and deallocation ---- */
+
+static int sink_traverse(LoopSinkObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(self));
+    Py_VISIT(self->loop_ref);
+    if (self->owns_loop)
+        Py_VISIT(self->loop);
+    return 0;
+}
+
+static int sink_clear(LoopSinkObject *self)
+{
+    Py_CLEAR(self->loop_ref);
+    if (self->owns_loop) {
+        self->owns_loop = false;
+        Py_CLEAR(self->loop);
+    }
+    return 0;
+}
+
+static void sink_dealloc(LoopSinkObject *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    sink_clear(self);
+    if (self->sink.timer) {
+        sink_close(self);
+        close_fd(self);
+        hwt_timer *core = self->sink.timer;
+        hwt_sink_destroy(&self->sink);
+        hwt_timer_decref(core);
+    }
+    tp->tp_free(self);
+    Py_DECREF(tp);
+}
+
+static PyMethodDef sink_methods[] = {
+    {"_run", (PyCFunction)sink_run, METH_NOARGS, "Runs the callbacks delivered to this loop."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyType_Slot sink_slots[] = {
+    {Py_tp_new, hwtimer_new_refused},
+    {Py_tp_dealloc, sink_dealloc},
+    {Py_tp_traverse, sink_traverse},
+    {Py_tp_clear, sink_clear},
+    {Py_tp_methods, sink_methods},
+    {0, NULL},
+};
+
+PyType_Spec hwtimer_loop_sink_spec = {
+    .name = "hwtimer._LoopSink",
+    .basicsize = sizeof(LoopSinkObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .slots = sink_slots,
+};

@@ -1,0 +1,311 @@
+/*
+ * module.c: the extension module hwtimer._hwtimer: its state, multi-phase
+ * initialisation, argument parsing shared by the types, logging of task
+ * failures, and the atexit hook that stops every running timer.
+ */
+#include "binding.h"
+
+#include <math.h>
+
+_Thread_local TimerObject *hwtimer_current_task_timer;
+
+static struct PyModuleDef hwtimer_module;
+
+static inline hwtimer_state *state_of_module(PyObject *module)
+{
+    return (hwtimer_state *)PyModule_GetState(module);
+}
+
+hwtimer_state *hwtimer_state_of_type(PyTypeObject *tp)
+{
+    return (hwtimer_state *)PyType_GetModuleState(tp);
+}
+
+/* ---- argument parsing ---- */
+
+static int type_error(const char *what, PyObject *obj)
+{
+    PyErr_Format(PyExc_TypeError, "%s must be a number of seconds or a timedelta, not %.200s",
+                 what, Py_TYPE(obj)->tp_name);
+    return -1;
+}
+
+/* Reads a timedelta as whole microseconds, saturating.  Returns 0 or -1. */
+static int timedelta_us(PyObject *obj, long double *us)
+{
+    static const char *const names[3] = {"days", "seconds", "microseconds"};
+    static const long double scale[3] = {86400e6L, 1e6L, 1.0L};
+    long double total = 0;
+    for (int i = 0; i < 3; i++) {
+        PyObject *v = PyObject_GetAttrString(obj, names[i]);
+        if (!v)
+            return -1;
+        long long x = PyLong_AsLongLong(v);
+        Py_DECREF(v);
+        if (x == -1 && PyErr_Occurred())
+            return -1;
+        total += (long double)x * scale[i];
+    }
+    *us = total;
+    return 0;
+}
+
+int hwtimer_parse_seconds(hwtimer_state *st, PyObject *obj, const char *what, double *out)
+{
+    if (PyBool_Check(obj))
+        return type_error(what, obj);
+    if (PyObject_TypeCheck(obj, (PyTypeObject *)st->timedelta_type)) {
+        long double us;
+        if (timedelta_us(obj, &us) < 0)
+            return -1;
+        *out = (double)(us / 1e6L);
+        return 0;
+    }
+    if (!PyFloat_Check(obj) && !PyLong_Check(obj) && !PyIndex_Check(obj) &&
+        !(Py_TYPE(obj)->tp_as_number && Py_TYPE(obj)->tp_as_number->nb_float))
+        return type_error(what, obj);
+    double d = PyFloat_AsDouble(obj);
+    if (d == -1.0 && PyErr_Occurred())
+        return -1; /* e.g. OverflowError, or what a __float__ raised */
+    *out = d;
+    return 0;
+}
+
+int hwtimer_parse_delay(hwtimer_state *st, PyObject *obj, const char *what, int64_t *ns)
+{
+    if (PyLong_CheckExact(obj)) {
+        /* exact for ints: no trip through a double */
+        int overflow;
+        long long s = PyLong_AsLongLongAndOverflow(obj, &overflow);
+        if (s == -1 && PyErr_Occurred())
+            return -1;
+        if (overflow > 0 || s >= HWT_NEVER / 1000000000)
+            *ns = HWT_NEVER;
+        else if (overflow < 0 || s <= 0)
+            *ns = s < 0 || overflow ? -1 : 0;
+        else
+            *ns = (int64_t)s * 1000000000;
+        return 0;
+    }
+    double d;
+    if (hwtimer_parse_seconds(st, obj, what, &d) < 0) {
+        if (PyErr_ExceptionMatches(PyExc_OverflowError)) {
+            /* an int too large for a double: as good as forever */
+            PyErr_Clear();
+            d = Py_HUGE_VAL;
+        } else {
+            return -1;
+        }
+    }
+    if (isnan(d)) {
+        PyErr_Format(PyExc_ValueError, "%s must not be NaN", what);
+        return -1;
+    }
+    double x = ceil(d * 1e9); /* round up: never early */
+    if (x >= 9.2e18)
+        *ns = HWT_NEVER;
+    else if (x <= 0)
+        *ns = x < 0 ? -1 : 0;
+    else
+        *ns = (int64_t)x;
+    return 0;
+}
+
+/* ---- logging ---- */
+
+void hwtimer_log_task_error(hwtimer_state *st, PyObject *timeout)
+{
+    PyObject *type, *exc, *tb;
+    PyErr_Fetch(&type, &exc, &tb);
+    PyErr_NormalizeException(&type, &exc, &tb);
+    if (tb && exc)
+        PyException_SetTraceback(exc, tb);
+    PyObject *task = ((TimeoutObject *)timeout)->task;
+    PyObject *args = Py_BuildValue("(sOO)", "task %r of %r raised", task, timeout);
+    PyObject *kwargs = Py_BuildValue("{s:O}", "exc_info", exc ? exc : Py_None);
+    PyObject *warning = PyObject_GetAttrString(st->logger, "warning");
+    PyObject *r = args && kwargs && warning ? PyObject_Call(warning, args, kwargs) : NULL;
+    if (!r)
+        PyErr_WriteUnraisable(st->logger);
+    Py_XDECREF(r);
+    Py_XDECREF(warning);
+    Py_XDECREF(kwargs);
+    Py_XDECREF(args);
+    Py_XDECREF(type);
+    Py_XDECREF(exc);
+    Py_XDECREF(tb);
+}
+
+void hwtimer_log_error(hwtimer_state *st, const char *msg)
+{
+    PyObject *r = PyObject_CallMethod(st->logger, "error", "s", msg);
+    if (!r)
+        PyErr_WriteUnraisable(st->logger);
+    Py_XDECREF(r);
+}
+
+/* ---- module functions ---- */
+
+/* _run_task(timeout): what a timer with an executor submits. */
+static PyObject *run_task(PyObject *module, PyObject *arg)
+{
+    hwtimer_state *st = state_of_module(module);
+    if (!PyObject_TypeCheck(arg, st->timeout_type)) {
+        PyErr_SetString(PyExc_TypeError, "_run_task() takes a Timeout");
+        return NULL;
+    }
+    TimeoutObject *to = (TimeoutObject *)arg;
+    hwtimer_call_task(TIMER_OF(to), to);
+    Py_RETURN_NONE;
+}
+
+/* Stops every running timer; registered with atexit. */
+static PyObject *stop_all(PyObject *module, PyObject *unused)
+{
+    (void)unused;
+    hwtimer_state *st = state_of_module(module);
+    st->exiting = true;
+    while (st->live) {
+        TimerObject *timer = st->live;
+        Py_INCREF(timer);
+        PyObject *r = hwtimer_timer_stop(timer);
+        if (!r)
+            PyErr_WriteUnraisable((PyObject *)timer);
+        Py_XDECREF(r);
+        Py_DECREF(timer);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef module_methods[] = {
+    {"_run_task", run_task, METH_O, "Runs a timeout's task on this thread (for executors)."},
+    {"_stop_all", stop_all, METH_NOARGS, "Stops every running timer (the atexit hook)."},
+    {NULL, NULL, 0, NULL},
+};
+
+/* ---- initialisation ---- */
+
+static PyObject *import_attr(const char *module, const char *name)
+{
+    PyObject *m = PyImport_ImportModule(module);
+    if (!m)
+        return NULL;
+    PyObject *attr = PyObject_GetAttrString(m, name);
+    Py_DECREF(m);
+    return attr;
+}
+
+/* PyModule_AddObjectRef, which 3.9 lacks.  Returns 0 or -1. */
+static int add_ref(PyObject *module, const char *name, PyObject *value)
+{
+    Py_INCREF(value);
+    if (PyModule_AddObject(module, name, value) < 0) {
+        Py_DECREF(value);
+        return -1;
+    }
+    return 0;
+}
+
+static int add_type(PyObject *module, PyType_Spec *spec, PyObject *base, PyTypeObject **out)
+{
+    *out = (PyTypeObject *)PyType_FromModuleAndSpec(module, spec, base);
+    if (!*out)
+        return -1;
+    return 0;
+}
+
+static int module_exec(PyObject *module)
+{
+    hwtimer_state *st = state_of_module(module);
+    if (add_type(module, &hwtimer_timer_spec, NULL, &st->timer_type) < 0 ||
+        add_type(module, &hwtimer_timeout_spec, NULL, &st->timeout_type) < 0 ||
+        add_type(module, &hwtimer_loop_timeout_spec, (PyObject *)st->timeout_type,
+                 &st->loop_timeout_type) < 0 ||
+        add_type(module, &hwtimer_dispatch_spec, NULL, &st->dispatch_type) < 0 ||
+        add_type(module, &hwtimer_loop_sink_spec, NULL, &st->loop_sink_type) < 0)
+        return -1;
+    if (add_ref(module, "HashedWheelTimer", (PyObject *)st->timer_type) < 0 ||
+        add_ref(module, "Timeout", (PyObject *)st->timeout_type) < 0)
+        return -1;
+    st->rejected_error = PyErr_NewExceptionWithDoc(
+        "hwtimer.RejectedExecutionError",
+        "Raised by new_timeout() when the timer already holds max_pending_timeouts.",
+        PyExc_RuntimeError, NULL);
+    if (!st->rejected_error ||
+        add_ref(module, "RejectedExecutionError", st->rejected_error) < 0)
+        return -1;
+    PyObject *get_logger = import_attr("logging", "getLogger");
+    st->logger = get_logger ? PyObject_CallFunction(get_logger, "s", "hwtimer") : NULL;
+    Py_XDECREF(get_logger);
+    st->thread_type = import_attr("threading", "Thread");
+    st->timedelta_type = import_attr("datetime", "timedelta");
+    st->run_task = PyObject_GetAttrString(module, "_run_task");
+    if (!st->logger || !st->thread_type || !st->timedelta_type || !st->run_task)
+        return -1;
+    PyObject *reg = import_attr("atexit", "register");
+    if (!reg)
+        return -1;
+    PyObject *hook = PyObject_GetAttrString(module, "_stop_all");
+    PyObject *r = hook ? PyObject_CallOneArg(reg, hook) : NULL;
+    Py_XDECREF(hook);
+    Py_DECREF(reg);
+    if (!r)
+        return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+static int module_traverse(PyObject *module, visitproc visit, void *arg)
+{
+    hwtimer_state *st = state_of_module(module);
+    Py_VISIT(st->timer_type);
+    Py_VISIT(st->timeout_type);
+    Py_VISIT(st->loop_timeout_type);
+    Py_VISIT(st->dispatch_type);
+    Py_VISIT(st->loop_sink_type);
+    Py_VISIT(st->rejected_error);
+    Py_VISIT(st->logger);
+    Py_VISIT(st->thread_type);
+    Py_VISIT(st->timedelta_type);
+    Py_VISIT(st->get_running_loop);
+    Py_VISIT(st->run_task);
+    return 0;
+}
+
+static int module_clear(PyObject *module)
+{
+    hwtimer_state *st = state_of_module(module);
+    Py_CLEAR(st->timer_type);
+    Py_CLEAR(st->timeout_type);
+    Py_CLEAR(st->loop_timeout_type);
+    Py_CLEAR(st->dispatch_type);
+    Py_CLEAR(st->loop_sink_type);
+    Py_CLEAR(st->rejected_error);
+    Py_CLEAR(st->logger);
+    Py_CLEAR(st->thread_type);
+    Py_CLEAR(st->timedelta_type);
+    Py_CLEAR(st->get_running_loop);
+    Py_CLEAR(st->run_task);
+    return 0;
+}
+
+static void module_free(void *module) { module_clear((PyObject *)module); }
+
+static PyModuleDef_Slot module_slots[] = {
+    {Py_mod_exec, module_exec},
+    {0, NULL},
+};
+
+static struct PyModuleDef hwtimer_module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "hwtimer._hwtimer",
+    .m_doc = "The C core of hwtimer: Netty's HashedWheelTimer.",
+    .m_size = sizeof(hwtimer_state),
+    .m_methods = module_methods,
+    .m_slots = module_slots,
+    .m_traverse = module_traverse,
+    .m_clear = module_clear,
+    .m_free = module_free,
+};
+
+PyMODINIT_FUNC PyInit__hwtimer(void) { return PyModuleDef_Init(&hwtimer_module); }

@@ -1,0 +1,295 @@
+/*
+ * timeout.c: hwtimer.Timeout, the handle new_timeout() returns, and its
+ * subtype for call_later(), which carries a callback's arguments, context
+ * and loop.  Also how a task is run when its timeout expires.
+ */
+#include "binding.h"
+
+#include <math.h>
+#include <string.h>
+
+#define FIELDS_OFFSET offsetof(TimeoutObject, node)
+
+PyObject *hwtimer_timeout_new(TimerObject *timer, PyTypeObject *tp, hwt_sink *sink,
+                              PyObject *task)
+{
+    TimeoutObject *to = PyObject_GC_New(TimeoutObject, tp);
+    if (!to)
+        return NULL;
+    memset((char *)to + FIELDS_OFFSET, 0, (size_t)tp->tp_basicsize - FIELDS_OFFSET);
+    to->node.sink = sink;
+    Py_INCREF(task);
+    to->task = task;
+    Py_INCREF(timer); /* dropped in dealloc, through node.sink->owner */
+    return (PyObject *)to;
+}
+
+int hwtimer_timeout_submit(TimerObject *timer, PyObject *obj, int64_t delay_ns)
+{
+    TimeoutObject *to = (TimeoutObject *)obj;
+    Py_INCREF(to); /* the wheel's reference */
+    int r = hwt_timer_schedule(timer->core, &to->node, delay_ns);
+    if (r == HWT_OK)
+        return 0;
+    Py_DECREF(to);
+    if (r == HWT_EREJECTED)
+        PyErr_Format(timer->state->rejected_error,
+                     "the timer holds max_pending_timeouts (%lld) pending timeouts",
+                     (long long)timer->max_pending);
+    else
+        PyErr_SetString(PyExc_RuntimeError, "cannot schedule a timeout: the timer is stopped");
+    return -1;
+}
+
+PyObject *hwtimer_timeout_from_node(hwt_timeout *node)
+{
+    TimeoutObject *to = TIMEOUT_OF(node);
+    if (!PyObject_GC_IsTracked((PyObject *)to))
+        PyObject_GC_Track((PyObject *)to);
+    return (PyObject *)to;
+}
+
+void hwtimer_release_chain(hwt_timeout *node)
+{
+    while (node) {
+        hwt_timeout *next = hwt_timeout_of(node->link.next);
+        Py_DECREF(hwtimer_timeout_from_node(node));
+        node = next;
+    }
+}
+
+double hwtimer_deadline_seconds(TimeoutObject *to)
+{
+    if (to->node.deadline == HWT_NEVER)
+        return Py_HUGE_VAL;
+    int64_t abs_ns = hwt_timer_start_time(to->node.sink->timer) + to->node.deadline;
+    /* as time.monotonic() turns its ns into seconds, so the two compare */
+    if (abs_ns % 1000000000 == 0)
+        return (double)(abs_ns / 1000000000);
+    return (double)abs_ns / 1e9;
+}
+
+/* ---- running a task ---- */
+
+void hwtimer_call_task(TimerObject *timer, TimeoutObject *to)
+{
+    int64_t start = hwt_monotonic_ns(NULL);
+    TimerObject *outer = hwtimer_current_task_timer;
+    hwtimer_current_task_timer = timer;
+    PyObject *r = PyObject_CallOneArg(to->task, (PyObject *)to);
+    hwtimer_current_task_timer = outer;
+    if (r) {
+        Py_DECREF(r);
+    } else {
+        timer->task_errors++;
+        hwtimer_log_task_error(timer->state, (PyObject *)to);
+    }
+    int64_t end = hwt_monotonic_ns(NULL);
+    int64_t deadline = hwt_timer_start_time(timer->core) + to->node.deadline;
+    hwt_timer_record_task(timer->core, start - deadline, end - start);
+}
+
+void hwtimer_run_task(TimerObject *timer, TimeoutObject *to)
+{
+    if (!timer->executor) {
+        hwtimer_call_task(timer, to);
+        return;
+    }
+    PyObject *r = PyObject_CallMethod(timer->executor, "submit", "OO", timer->state->run_task,
+                                      (PyObject *)to);
+    if (r) {
+        Py_DECREF(r);
+        return;
+    }
+    /* A refused task (an executor shut down, say) still runs exactly once:
+       here, after the refusal is logged. */
+    timer->task_errors++;
+    hwtimer_log_task_error(timer->state, (PyObject *)to);
+    hwtimer_call_task(timer, to);
+}
+
+/* ---- methods ---- */
+
+static PyObject *timeout_cancel(TimeoutObject *self, PyObject *unused)
+{
+    (void)unused;
+    int r = hwt_timeout_cancel(&self->node);
+    if (r < 0)
+        return PyErr_NoMemory();
+    return PyBool_FromLong(r);
+}
+
+static PyObject *timeout_is_cancelled(TimeoutObject *self, PyObject *unused)
+{
+    (void)unused;
+    return PyBool_FromLong(atomic_load(&self->node.state) == HWT_CANCELLED);
+}
+
+static PyObject *timeout_is_expired(TimeoutObject *self, PyObject *unused)
+{
+    (void)unused;
+    return PyBool_FromLong(atomic_load(&self->node.state) == HWT_EXPIRED);
+}
+
+static PyObject *timeout_get_timer(TimeoutObject *self, void *closure)
+{
+    (void)closure;
+    PyObject *timer = (PyObject *)TIMER_OF(self);
+    Py_INCREF(timer);
+    return timer;
+}
+
+static PyObject *timeout_get_task(TimeoutObject *self, void *closure)
+{
+    (void)closure;
+    PyObject *task = self->task ? self->task : Py_None;
+    Py_INCREF(task);
+    return task;
+}
+
+static PyObject *timeout_get_deadline(TimeoutObject *self, void *closure)
+{
+    (void)closure;
+    return PyFloat_FromDouble(hwtimer_deadline_seconds(self));
+}
+
+static PyObject *timeout_repr(TimeoutObject *self)
+{
+    double left = hwtimer_deadline_seconds(self) - (double)hwt_monotonic_ns(NULL) / 1e9;
+    char *num = NULL;
+    const char *when;
+    if (isinf(left)) {
+        when = "never";
+    } else {
+        num = PyOS_double_to_string(fabs(left), 'f', 3, 0, NULL);
+        if (!num)
+            return NULL;
+        when = left >= 0 ? "later" : "ago";
+    }
+    uint32_t state = atomic_load(&self->node.state);
+    const char *st = state == HWT_CANCELLED ? ", cancelled" : state == HWT_EXPIRED ? ", expired" : "";
+    PyObject *r = num ? PyUnicode_FromFormat("Timeout(deadline: %s s %s%s, task: %R)", num, when,
+                                             st, self->task ? self->task : Py_None)
+                      : PyUnicode_FromFormat("Timeout(deadline: never%s, task: %R)", st,
+                                             self->task ? self->task : Py_None);
+    PyMem_Free(num);
+    return r;
+}
+
+/* ---- GC and deallocation ---- */
+
+static int timeout_traverse(TimeoutObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(self));
+    Py_VISIT(self->task);
+    Py_VISIT((PyObject *)TIMER_OF(self));
+    return 0;
+}
+
+static int timeout_clear(TimeoutObject *self)
+{
+    Py_CLEAR(self->task);
+    return 0;
+}
+
+static void timeout_dealloc(TimeoutObject *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    PyObject *timer = (PyObject *)TIMER_OF(self);
+    Py_CLEAR(self->task);
+    tp->tp_free(self);
+    Py_DECREF(timer);
+    Py_DECREF(tp);
+}
+
+static PyMethodDef timeout_methods[] = {
+    {"cancel", (PyCFunction)timeout_cancel, METH_NOARGS,
+     "cancel() -> bool\n\nCancels the timeout.  True if this call cancelled it, False if it had "
+     "already expired or been cancelled."},
+    {"is_cancelled", (PyCFunction)timeout_is_cancelled, METH_NOARGS,
+     "is_cancelled() -> bool\n\nTrue once the timeout has been cancelled."},
+    {"is_expired", (PyCFunction)timeout_is_expired, METH_NOARGS,
+     "is_expired() -> bool\n\nTrue once the timeout has expired (its task runs or has run)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef timeout_getset[] = {
+    {"timer", (getter)timeout_get_timer, NULL, "The HashedWheelTimer that made this timeout.", NULL},
+    {"task", (getter)timeout_get_task, NULL, "The task (or call_later callback).", NULL},
+    {"deadline", (getter)timeout_get_deadline, NULL,
+     "When the timeout is due, on the time.monotonic() clock (inf: never).", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+PyObject *hwtimer_new_refused(PyTypeObject *tp, PyObject *args, PyObject *kwargs)
+{
+    (void)args;
+    (void)kwargs;
+    PyErr_Format(PyExc_TypeError, "cannot create '%.100s' instances", tp->tp_name);
+    return NULL;
+}
+
+static PyType_Slot timeout_slots[] = {
+    {Py_tp_doc, "A scheduled task: returned by HashedWheelTimer.new_timeout()."},
+    {Py_tp_new, hwtimer_new_refused},
+    {Py_tp_dealloc, timeout_dealloc},
+    {Py_tp_traverse, timeout_traverse},
+    {Py_tp_clear, timeout_clear},
+    {Py_tp_repr, timeout_repr},
+    {Py_tp_methods, timeout_methods},
+    {Py_tp_getset, timeout_getset},
+    {0, NULL},
+};
+
+PyType_Spec hwtimer_timeout_spec = {
+    .name = "hwtimer.Timeout",
+    .basicsize = sizeof(TimeoutObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_BASETYPE,
+    .slots = timeout_slots,
+};
+
+/* ---- the call_later subtype ---- */
+
+static int loop_timeout_traverse(LoopTimeoutObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->args);
+    Py_VISIT(self->context);
+    Py_VISIT((PyObject *)self->sink);
+    return timeout_traverse(&self->base, visit, arg);
+}
+
+static int loop_timeout_clear(LoopTimeoutObject *self)
+{
+    Py_CLEAR(self->args);
+    Py_CLEAR(self->context);
+    return timeout_clear(&self->base);
+}
+
+static void loop_timeout_dealloc(LoopTimeoutObject *self)
+{
+    PyObject_GC_UnTrack(self);
+    Py_CLEAR(self->args);
+    Py_CLEAR(self->context);
+    /* the sink outlives the node that points into it */
+    LoopSinkObject *sink = self->sink;
+    self->sink = NULL;
+    timeout_dealloc(&self->base);
+    Py_XDECREF(sink);
+}
+
+static PyType_Slot loop_timeout_slots[] = {
+    {Py_tp_doc, "A callback scheduled by HashedWheelTimer.call_later()."},
+    {Py_tp_new, hwtimer_new_refused},
+    {Py_tp_dealloc, loop_timeout_dealloc},
+    {Py_tp_traverse, loop_timeout_traverse},
+    {Py_tp_clear, loop_timeout_clear},
+    {0, NULL},
+};
+
+PyType_Spec hwtimer_loop_timeout_spec = {
+    .name = "hwtimer._LoopTimeout",
+    .basicsize = sizeof(LoopTimeoutObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .slots = loop_timeout_slots,
+};

@@ -1,0 +1,793 @@
+/*
+ * timer.c: hwtimer.HashedWheelTimer, and the dispatch object whose run()
+ * is the body of each timer's dispatch thread: a Python thread that waits
+ * for batches of expired timeouts with the GIL released and runs each
+ * batch under one acquisition of the GIL.
+ */
+#include "binding.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <structmember.h>
+
+#define MAX_LIVE_TIMERS 64
+
+/* ---- the dispatch thread ---- */
+
+static void dispatch_batch(hwt_sink *dflt, hwt_timeout *node)
+{
+    while (node) {
+        hwt_timeout *next = hwt_timeout_of(node->link.next);
+        TimeoutObject *to = (TimeoutObject *)hwtimer_timeout_from_node(node);
+        /* Cancelled timeouts come back only to be released; so do expired
+           call_later ones whose loop went away. */
+        if (atomic_load(&node->state) == HWT_EXPIRED && node->sink == dflt)
+            hwtimer_run_task(TIMER_OF(to), to);
+        Py_DECREF(to); /* the wheel's reference: may free the timer too */
+        node = next;
+    }
+}
+
+/* Sets the native name of this thread, cut to what Linux keeps. */
+static void set_native_name(PyObject *name)
+{
+    const char *s = PyUnicode_AsUTF8(name);
+    if (!s) {
+        PyErr_Clear();
+        return;
+    }
+    char buf[16];
+    size_t n = strlen(s);
+    if (n > 15) {
+        n = 15;
+        while (n && ((unsigned char)s[n] & 0xC0) == 0x80)
+            n--; /* not in the middle of a UTF-8 sequence */
+    }
+    memcpy(buf, s, n);
+    buf[n] = '\0';
+    pthread_setname_np(pthread_self(), buf);
+}
+
+static PyObject *dispatch_run(DispatchObject *self, PyObject *unused)
+{
+    (void)unused;
+    self->thread_id = PyThread_get_thread_ident();
+    set_native_name(self->name);
+    hwt_sink *dflt = hwt_timer_default_sink(self->core);
+    for (;;) {
+        bool finished;
+        hwt_timeout *batch;
+        Py_BEGIN_ALLOW_THREADS
+        batch = hwt_sink_wait(dflt, &finished);
+        Py_END_ALLOW_THREADS
+        if (finished)
+            break;
+        dispatch_batch(dflt, batch);
+    }
+    pthread_mutex_lock(&self->lock);
+    self->done = true;
+    pthread_cond_broadcast(&self->done_cond);
+    pthread_mutex_unlock(&self->lock);
+    Py_RETURN_NONE;
+}
+
+/* Waits, with the GIL released, until the dispatch thread has run its
+   last batch.  Returns at once on the dispatch thread itself. */
+static void dispatch_wait_done(DispatchObject *self)
+{
+    if (self->thread_id == PyThread_get_thread_ident())
+        return;
+    Py_BEGIN_ALLOW_THREADS
+    pthread_mutex_lock(&self->lock);
+    while (!self->done)
+        pthread_cond_wait(&self->done_cond, &self->lock);
+    pthread_mutex_unlock(&self->lock);
+    Py_END_ALLOW_THREADS
+}
+
+static void dispatch_dealloc(DispatchObject *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    pthread_cond_destroy(&self->done_cond);
+    pthread_mutex_destroy(&self->lock);
+    Py_XDECREF(self->name);
+    hwt_timer_decref(self->core);
+    tp->tp_free(self);
+    Py_DECREF(tp);
+}
+
+static PyMethodDef dispatch_methods[] = {
+    {"run", (PyCFunction)dispatch_run, METH_NOARGS, "Runs expired tasks until the timer stops."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyType_Slot dispatch_slots[] = {
+    {Py_tp_new, hwtimer_new_refused},
+    {Py_tp_dealloc, dispatch_dealloc},
+    {Py_tp_methods, dispatch_methods},
+    {0, NULL},
+};
+
+PyType_Spec hwtimer_dispatch_spec = {
+    .name = "hwtimer._Dispatch",
+    .basicsize = sizeof(DispatchObject),
+    .flags = Py_TPFLAGS_DEFAULT,
+    .slots = dispatch_slots,
+};
+
+/* Returns a new dispatch object sharing `timer`'s core, or NULL. */
+static DispatchObject *dispatch_new(TimerObject *timer)
+{
+    PyTypeObject *tp = timer->state->dispatch_type;
+    DispatchObject *d = PyObject_New(DispatchObject, tp);
+    if (!d)
+        return NULL;
+    d->core = timer->core;
+    hwt_timer_incref(d->core);
+    d->done = false;
+    d->thread_id = 0;
+    d->name = PyUnicode_FromFormat("%U-dispatch", timer->name);
+    pthread_mutex_init(&d->lock, NULL);
+    pthread_cond_init(&d->done_cond, NULL);
+    if (!d->name) {
+        Py_DECREF(d);
+        return NULL;
+    }
+    return d;
+}
+
+/* ---- start and stop ---- */
+
+static void live_add(TimerObject *self)
+{
+    hwtimer_state *st = self->state;
+    self->live = true;
+    self->live_prev = NULL;
+    self->live_next = st->live;
+    if (st->live)
+        st->live->live_prev = self;
+    st->live = self;
+    if (++st->nlive > MAX_LIVE_TIMERS && !st->warned_too_many) {
+        st->warned_too_many = true;
+        hwtimer_log_error(st, "more than 64 HashedWheelTimer instances are running: a timer is a "
+                              "shared resource; share one per process (hwtimer.default_timer())");
+    }
+}
+
+static void live_remove(TimerObject *self)
+{
+    hwtimer_state *st = self->state;
+    if (!self->live)
+        return;
+    self->live = false;
+    if (self->live_prev)
+        self->live_prev->live_next = self->live_next;
+    else
+        st->live = self->live_next;
+    if (self->live_next)
+        self->live_next->live_prev = self->live_prev;
+    st->nlive--;
+}
+
+int hwtimer_timer_start(TimerObject *self)
+{
+    if (hwt_timer_started(self->core)) {
+        if (hwt_timer_orphaned(self->core)) {
+            PyErr_SetString(PyExc_RuntimeError,
+                            "this timer was started before fork(): create a new timer in the child");
+            return -1;
+        }
+        return 0;
+    }
+    if (hwt_timer_stopped(self->core) || self->dispatcher) {
+        PyErr_SetString(PyExc_RuntimeError, "cannot start a stopped timer");
+        return -1;
+    }
+    if (self->state->exiting) {
+        PyErr_SetString(PyExc_RuntimeError, "cannot start a timer: the interpreter is exiting");
+        return -1;
+    }
+    DispatchObject *d = dispatch_new(self);
+    if (!d)
+        return -1;
+    int err = hwt_timer_start(self->core);
+    if (err) {
+        Py_DECREF(d);
+        errno = err;
+        PyErr_SetFromErrno(PyExc_OSError);
+        return -1;
+    }
+    self->dispatcher = (PyObject *)d;
+    PyObject *run = PyObject_GetAttrString((PyObject *)d, "run");
+    PyObject *kwargs = run ? Py_BuildValue("{s:O,s:O,s:O}", "target", run, "name", d->name,
+                                           "daemon", Py_True)
+                           : NULL;
+    PyObject *args = PyTuple_New(0);
+    PyObject *thread = kwargs && args ? PyObject_Call(self->state->thread_type, args, kwargs) : NULL;
+    PyObject *r = thread ? PyObject_CallMethod(thread, "start", NULL) : NULL;
+    Py_XDECREF(run);
+    Py_XDECREF(kwargs);
+    Py_XDECREF(args);
+    Py_XDECREF(thread);
+    if (!r) {
+        /* no dispatch thread: take the worker down again */
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        hwt_timeout *left;
+        Py_BEGIN_ALLOW_THREADS
+        left = hwt_timer_stop(self->core);
+        Py_END_ALLOW_THREADS
+        hwtimer_release_chain(left);
+        hwtimer_release_chain(hwt_sink_take(hwt_timer_default_sink(self->core)));
+        d->done = true;
+        PyErr_Restore(type, value, tb);
+        return -1;
+    }
+    Py_DECREF(r);
+    live_add(self);
+    return 0;
+}
+
+PyObject *hwtimer_timer_stop(TimerObject *self)
+{
+    if (!self->dispatcher) { /* never started */
+        hwt_timer_stop(self->core);
+        return PyList_New(0);
+    }
+    DispatchObject *d = (DispatchObject *)self->dispatcher;
+    if (!hwt_timer_started(self->core) || self->live == false) {
+        /* stopped, or being stopped by another thread: wait as it does */
+        dispatch_wait_done(d);
+        return PyList_New(0);
+    }
+    live_remove(self);
+    hwt_timeout *left;
+    Py_BEGIN_ALLOW_THREADS
+    left = hwt_timer_stop(self->core);
+    Py_END_ALLOW_THREADS
+    if (hwt_timer_orphaned(self->core)) {
+        /* a fork child: no dispatch thread came along to run these */
+        hwtimer_release_chain(hwt_sink_take(hwt_timer_default_sink(self->core)));
+        d->done = true;
+    } else {
+        dispatch_wait_done(d);
+    }
+    PyObject *list = PyList_New(0);
+    while (left) {
+        hwt_timeout *next = hwt_timeout_of(left->link.next);
+        PyObject *to = hwtimer_timeout_from_node(left);
+        if (list && PyList_Append(list, to) < 0)
+            Py_CLEAR(list); /* still release the rest */
+        Py_DECREF(to);
+        left = next;
+    }
+    return list;
+}
+
+/* ---- construction ---- */
+
+/* Reads a non-bool int argument into *out, clamped to [lo, hi] with
+   *clamped set when it was out of range.  Returns 0 or -1. */
+static int parse_int_arg(PyObject *obj, const char *what, long long *out, bool *clamped)
+{
+    if (PyBool_Check(obj) || !PyIndex_Check(obj)) {
+        PyErr_Format(PyExc_TypeError, "%s must be an int, not %.200s", what, Py_TYPE(obj)->tp_name);
+        return -1;
+    }
+    PyObject *v = PyNumber_Index(obj);
+    if (!v)
+        return -1;
+    int overflow;
+    long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+    Py_DECREF(v);
+    if (x == -1 && PyErr_Occurred())
+        return -1;
+    *clamped = overflow != 0;
+    *out = overflow > 0 ? LLONG_MAX : overflow < 0 ? LLONG_MIN : x;
+    return 0;
+}
+
+static PyObject *timer_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"tick_duration", "ticks_per_wheel", "max_pending_timeouts",
+                             "thread_name", "executor", NULL};
+    PyObject *tick_o = NULL, *ticks_o = NULL, *max_o = NULL, *name_o = Py_None,
+             *executor = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|OO$OOO:HashedWheelTimer", kwlist, &tick_o,
+                                     &ticks_o, &max_o, &name_o, &executor))
+        return NULL;
+    hwtimer_state *st = hwtimer_state_of_type(tp);
+
+    double tick = 0.1;
+    if (tick_o && hwtimer_parse_seconds(st, tick_o, "tick_duration", &tick) < 0)
+        return NULL;
+    if (!(tick > 0) || isinf(tick)) {
+        PyErr_Format(PyExc_ValueError, "tick_duration must be > 0 and finite, not %R", tick_o);
+        return NULL;
+    }
+    if (tick < 0.001) {
+        if (PyErr_WarnEx(PyExc_RuntimeWarning, "tick_duration below 0.001 s is clamped to 0.001 s",
+                         1) < 0)
+            return NULL;
+        tick = 0.001;
+    }
+    long long ticks = 512, max_pending = 0;
+    bool clamped = false;
+    if (ticks_o && parse_int_arg(ticks_o, "ticks_per_wheel", &ticks, &clamped) < 0)
+        return NULL;
+    if (ticks <= 0 || ticks > (long long)HWT_MAX_TICKS_PER_WHEEL) {
+        PyErr_Format(PyExc_ValueError, "ticks_per_wheel must be in 1..2**30, not %R", ticks_o);
+        return NULL;
+    }
+    uint32_t wheel = hwt_round_ticks((uint64_t)ticks);
+    if (tick * 1e9 >= 9.2e18 / wheel) {
+        PyErr_SetString(PyExc_ValueError,
+                        "tick_duration * ticks_per_wheel does not fit in 64-bit nanoseconds");
+        return NULL;
+    }
+    if (max_o && parse_int_arg(max_o, "max_pending_timeouts", &max_pending, &clamped) < 0)
+        return NULL;
+    if (name_o != Py_None) {
+        if (!PyUnicode_Check(name_o)) {
+            PyErr_Format(PyExc_TypeError, "thread_name must be a str or None, not %.200s",
+                         Py_TYPE(name_o)->tp_name);
+            return NULL;
+        }
+        Py_ssize_t len;
+        const char *s = PyUnicode_AsUTF8AndSize(name_o, &len);
+        if (!s)
+            return NULL;
+        if ((size_t)len != strlen(s)) {
+            PyErr_SetString(PyExc_ValueError, "thread_name must not contain NUL");
+            return NULL;
+        }
+    }
+    if (executor != Py_None) {
+        PyObject *submit = PyObject_GetAttrString(executor, "submit");
+        int ok = submit && PyCallable_Check(submit);
+        Py_XDECREF(submit);
+        if (!ok) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_TypeError,
+                         "executor must have a submit(fn, *args) method, like "
+                         "concurrent.futures.Executor; %.200s has none",
+                         Py_TYPE(executor)->tp_name);
+            return NULL;
+        }
+    }
+
+    TimerObject *self = (TimerObject *)tp->tp_alloc(tp, 0);
+    if (!self)
+        return NULL;
+    self->state = st;
+    self->max_pending = max_pending > 0 ? (int64_t)max_pending : 0;
+    self->name = name_o != Py_None ? (Py_INCREF(name_o), name_o)
+                                   : PyUnicode_FromFormat("hwtimer-%lu", ++st->next_id);
+    self->loop_sinks = PyList_New(0);
+    if (!self->name || !self->loop_sinks) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    if (executor != Py_None) {
+        Py_INCREF(executor);
+        self->executor = executor;
+    }
+    const char *wake_every = getenv("HWTIMER_WAKE_EVERY_TICK");
+    hwt_config cfg = {
+        .tick_ns = (int64_t)llround(tick * 1e9),
+        .ticks_per_wheel = wheel,
+        .max_pending = self->max_pending,
+        .thread_name = PyUnicode_AsUTF8(self->name),
+        .wake_every_tick = wake_every && *wake_every && strcmp(wake_every, "0") != 0,
+    };
+    if (!cfg.thread_name) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    char native[16];
+    size_t n = strlen(cfg.thread_name);
+    if (n > 15) {
+        n = 15;
+        while (n && ((unsigned char)cfg.thread_name[n] & 0xC0) == 0x80)
+            n--;
+    }
+    memcpy(native, cfg.thread_name, n);
+    native[n] = '\0';
+    cfg.thread_name = native;
+    self->tick_duration = (double)cfg.tick_ns / 1e9;
+    self->core = hwt_timer_new(&cfg);
+    if (!self->core) {
+        Py_DECREF(self);
+        return PyErr_NoMemory();
+    }
+    hwt_timer_default_sink(self->core)->owner = self;
+    return (PyObject *)self;
+}
+
+/* ---- methods ---- */
+
+static PyObject *timer_start(TimerObject *self, PyObject *unused)
+{
+    (void)unused;
+    if (hwtimer_timer_start(self) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *timer_stop(TimerObject *self, PyObject *unused)
+{
+    (void)unused;
+    if (hwtimer_current_task_timer == self) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "stop() cannot be called from a task of the timer it would stop");
+        return NULL;
+    }
+    return hwtimer_timer_stop(self);
+}
+
+/* Matches fastcall arguments to `names`; fills `out` (borrowed).  Returns
+   0 or -1 with a TypeError naming `fname`. */
+static int bind_args(const char *fname, const char *const *names, Py_ssize_t nnames,
+                     PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, PyObject **out)
+{
+    if (nargs > nnames) {
+        PyErr_Format(PyExc_TypeError, "%s() takes %zd arguments (%zd given)", fname, nnames, nargs);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < nnames; i++)
+        out[i] = i < nargs ? args[i] : NULL;
+    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    for (Py_ssize_t k = 0; k < nkw; k++) {
+        PyObject *key = PyTuple_GET_ITEM(kwnames, k);
+        Py_ssize_t i = 0;
+        while (i < nnames && !PyUnicode_CompareWithASCIIString(key, names[i]) == 0)
+            i++;
+        if (i == nnames || out[i]) {
+            PyErr_Format(PyExc_TypeError, "%s() got %s argument %R", fname,
+                         i == nnames ? "an unexpected keyword" : "multiple values for", key);
+            return -1;
+        }
+        out[i] = args[nargs + k];
+    }
+    for (Py_ssize_t i = 0; i < nnames; i++) {
+        if (!out[i]) {
+            PyErr_Format(PyExc_TypeError, "%s() missing required argument '%s'", fname, names[i]);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static PyObject *timer_new_timeout(TimerObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                   PyObject *kwnames)
+{
+    static const char *const names[] = {"task", "delay"};
+    PyObject *a[2];
+    if (bind_args("new_timeout", names, 2, args, nargs, kwnames, a) < 0)
+        return NULL;
+    if (!PyCallable_Check(a[0])) {
+        PyErr_Format(PyExc_TypeError, "task must be callable, not %.200s", Py_TYPE(a[0])->tp_name);
+        return NULL;
+    }
+    int64_t delay;
+    if (hwtimer_parse_delay(self->state, a[1], "delay", &delay) < 0)
+        return NULL;
+    if (hwtimer_timer_start(self) < 0)
+        return NULL;
+    PyObject *to = hwtimer_timeout_new(self, self->state->timeout_type,
+                                       hwt_timer_default_sink(self->core), a[0]);
+    if (!to)
+        return NULL;
+    if (hwtimer_timeout_submit(self, to, delay) < 0) {
+        Py_DECREF(to);
+        return NULL;
+    }
+    return to;
+}
+
+/* Returns the running event loop (new reference), or NULL with
+   RuntimeError when there is none. */
+static PyObject *running_loop(hwtimer_state *st)
+{
+    if (!st->get_running_loop) {
+        PyObject *m = PyImport_ImportModule("asyncio.events");
+        if (!m)
+            return NULL;
+        st->get_running_loop = PyObject_GetAttrString(m, "_get_running_loop");
+        Py_DECREF(m);
+        if (!st->get_running_loop)
+            return NULL;
+    }
+    PyObject *loop = PyObject_CallNoArgs(st->get_running_loop);
+    if (loop == Py_None) {
+        Py_DECREF(loop);
+        PyErr_SetString(PyExc_RuntimeError, "no running event loop: pass loop=");
+        return NULL;
+    }
+    return loop;
+}
+
+static PyObject *timer_call_later(TimerObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                  PyObject *kwnames)
+{
+    if (nargs < 2) {
+        PyErr_SetString(PyExc_TypeError, "call_later() takes a delay and a callback");
+        return NULL;
+    }
+    PyObject *loop = NULL, *context = NULL;
+    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    for (Py_ssize_t k = 0; k < nkw; k++) {
+        PyObject *key = PyTuple_GET_ITEM(kwnames, k);
+        if (PyUnicode_CompareWithASCIIString(key, "loop") == 0) {
+            loop = args[nargs + k];
+        } else if (PyUnicode_CompareWithASCIIString(key, "context") == 0) {
+            context = args[nargs + k];
+        } else {
+            PyErr_Format(PyExc_TypeError, "call_later() got an unexpected keyword argument %R",
+                         key);
+            return NULL;
+        }
+    }
+    int64_t delay;
+    if (hwtimer_parse_delay(self->state, args[0], "delay", &delay) < 0)
+        return NULL;
+    PyObject *callback = args[1];
+    if (!PyCallable_Check(callback)) {
+        PyErr_Format(PyExc_TypeError, "callback must be callable, not %.200s",
+                     Py_TYPE(callback)->tp_name);
+        return NULL;
+    }
+    if (context && context != Py_None && !PyContext_CheckExact(context)) {
+        PyErr_Format(PyExc_TypeError, "context must be a contextvars.Context, not %.200s",
+                     Py_TYPE(context)->tp_name);
+        return NULL;
+    }
+    PyObject *owned_loop = NULL;
+    if (!loop || loop == Py_None) {
+        loop = owned_loop = running_loop(self->state);
+        if (!loop)
+            return NULL;
+    }
+    PyObject *result = NULL;
+    LoopSinkObject *sink;
+    if (hwtimer_timer_start(self) < 0 || !(sink = hwtimer_loop_sink_for(self, loop)))
+        goto done;
+    LoopTimeoutObject *to = (LoopTimeoutObject *)hwtimer_timeout_new(
+        self, self->state->loop_timeout_type, &sink->sink, callback);
+    if (!to)
+        goto done;
+    Py_INCREF(sink);
+    to->sink = sink;
+    to->args = PyTuple_New(nargs - 2);
+    to->context = context && context != Py_None ? (Py_INCREF(context), context)
+                                                : PyContext_CopyCurrent();
+    if (!to->args || !to->context) {
+        Py_DECREF(to);
+        goto done;
+    }
+    for (Py_ssize_t i = 2; i < nargs; i++) {
+        Py_INCREF(args[i]);
+        PyTuple_SET_ITEM(to->args, i - 2, args[i]);
+    }
+    if (hwtimer_timeout_submit(self, (PyObject *)to, delay) < 0) {
+        Py_DECREF(to);
+        goto done;
+    }
+    result = (PyObject *)to;
+done:
+    Py_XDECREF(owned_loop);
+    return result;
+}
+
+static PyObject *timer_pending_timeouts(TimerObject *self, PyObject *unused)
+{
+    (void)unused;
+    return PyLong_FromLongLong(hwt_timer_pending(self->core));
+}
+
+static int set_item(PyObject *d, const char *key, PyObject *value)
+{
+    if (!value)
+        return -1;
+    int r = PyDict_SetItemString(d, key, value);
+    Py_DECREF(value);
+    return r;
+}
+
+static PyObject *timer_stats(TimerObject *self, PyObject *unused)
+{
+    (void)unused;
+    hwt_stats s;
+    hwt_latency lat;
+    hwt_timer_stats(self->core, &s);
+    hwt_timer_latency(self->core, &lat);
+    PyObject *d = PyDict_New();
+    if (!d)
+        return NULL;
+    if (set_item(d, "pending", PyLong_FromLongLong(s.pending)) < 0 ||
+        set_item(d, "scheduled", PyLong_FromUnsignedLongLong(s.scheduled)) < 0 ||
+        set_item(d, "expired", PyLong_FromUnsignedLongLong(s.expired)) < 0 ||
+        set_item(d, "cancelled", PyLong_FromUnsignedLongLong(s.cancelled)) < 0 ||
+        set_item(d, "rejected", PyLong_FromUnsignedLongLong(s.rejected)) < 0 ||
+        set_item(d, "task_errors", PyLong_FromUnsignedLongLong(self->task_errors)) < 0 ||
+        set_item(d, "ticks", PyLong_FromUnsignedLongLong(s.ticks)) < 0 ||
+        set_item(d, "wakeups", PyLong_FromUnsignedLongLong(s.wakeups)) < 0 ||
+        set_item(d, "max_expired_per_tick", PyLong_FromUnsignedLongLong(s.max_expired_per_tick)) < 0 ||
+        set_item(d, "late_p50", PyFloat_FromDouble((double)lat.late_p50 / 1e9)) < 0 ||
+        set_item(d, "late_p99", PyFloat_FromDouble((double)lat.late_p99 / 1e9)) < 0 ||
+        set_item(d, "late_max", PyFloat_FromDouble((double)lat.late_max / 1e9)) < 0 ||
+        set_item(d, "late_samples", PyLong_FromSize_t(lat.samples)) < 0 ||
+        set_item(d, "task_time_max", PyFloat_FromDouble((double)lat.task_time_max / 1e9)) < 0) {
+        Py_DECREF(d);
+        return NULL;
+    }
+    return d;
+}
+
+static PyObject *timer_enter(TimerObject *self, PyObject *unused)
+{
+    (void)unused;
+    Py_INCREF(self);
+    return (PyObject *)self;
+}
+
+static PyObject *timer_exit(TimerObject *self, PyObject *args)
+{
+    (void)args;
+    PyObject *r = timer_stop(self, NULL);
+    if (!r)
+        return NULL;
+    Py_DECREF(r);
+    Py_RETURN_FALSE;
+}
+
+static PyObject *timer_repr(TimerObject *self)
+{
+    const char *state = hwt_timer_stopped(self->core) ? "stopped"
+                        : hwt_timer_started(self->core) ? "started"
+                                                        : "not started";
+    char *tick = PyOS_double_to_string(self->tick_duration, 'r', 0, 0, NULL);
+    if (!tick)
+        return NULL;
+    PyObject *r = PyUnicode_FromFormat(
+        "<HashedWheelTimer %R %s, tick_duration=%s, ticks_per_wheel=%u, pending=%lld>", self->name,
+        state, tick, hwt_timer_config(self->core)->ticks_per_wheel,
+        (long long)hwt_timer_pending(self->core));
+    PyMem_Free(tick);
+    return r;
+}
+
+static PyObject *timer_get_tick_duration(TimerObject *self, void *closure)
+{
+    (void)closure;
+    return PyFloat_FromDouble(self->tick_duration);
+}
+
+static PyObject *timer_get_ticks_per_wheel(TimerObject *self, void *closure)
+{
+    (void)closure;
+    return PyLong_FromUnsignedLong(hwt_timer_config(self->core)->ticks_per_wheel);
+}
+
+static PyObject *timer_get_max_pending(TimerObject *self, void *closure)
+{
+    (void)closure;
+    return PyLong_FromLongLong(self->max_pending);
+}
+
+static PyObject *timer_get_thread_name(TimerObject *self, void *closure)
+{
+    (void)closure;
+    Py_INCREF(self->name);
+    return self->name;
+}
+
+/* ---- GC, finalisation, deallocation ---- */
+
+static int timer_traverse(TimerObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(self));
+    Py_VISIT(self->executor);
+    Py_VISIT(self->loop_sinks);
+    return 0;
+}
+
+static int timer_clear(TimerObject *self)
+{
+    Py_CLEAR(self->executor);
+    Py_CLEAR(self->loop_sinks);
+    return 0;
+}
+
+/* A running timer that is garbage: warn, then stop it. */
+static void timer_finalize(TimerObject *self)
+{
+    if (!self->live)
+        return;
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    if (PyErr_ResourceWarning((PyObject *)self, 1, "unstopped timer %R", self) < 0)
+        PyErr_WriteUnraisable((PyObject *)self);
+    PyObject *r = hwtimer_timer_stop(self);
+    if (!r)
+        PyErr_WriteUnraisable((PyObject *)self);
+    Py_XDECREF(r);
+    PyErr_Restore(type, value, tb);
+}
+
+static void timer_dealloc(TimerObject *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    if (PyObject_CallFinalizerFromDealloc((PyObject *)self) < 0)
+        return; /* resurrected */
+    PyObject_GC_UnTrack(self);
+    if (self->weakreflist)
+        PyObject_ClearWeakRefs((PyObject *)self);
+    live_remove(self);
+    if (self->loop_sinks)
+        hwtimer_loop_sinks_close(self->loop_sinks);
+    timer_clear(self);
+    Py_CLEAR(self->dispatcher);
+    Py_CLEAR(self->name);
+    if (self->core)
+        hwt_timer_decref(self->core);
+    tp->tp_free(self);
+    Py_DECREF(tp);
+}
+
+static PyMethodDef timer_methods[] = {
+    {"start", (PyCFunction)timer_start, METH_NOARGS,
+     "start()\n\nStarts the worker thread; a no-op once started.  new_timeout() calls it."},
+    {"stop", (PyCFunction)timer_stop, METH_NOARGS,
+     "stop() -> list[Timeout]\n\nStops the timer and returns the timeouts that had neither expired "
+     "nor been cancelled, each now cancelled."},
+    {"new_timeout", (PyCFunction)(void (*)(void))timer_new_timeout, METH_FASTCALL | METH_KEYWORDS,
+     "new_timeout(task, delay) -> Timeout\n\nCalls task(timeout) once, after delay seconds."},
+    {"call_later", (PyCFunction)(void (*)(void))timer_call_later, METH_FASTCALL | METH_KEYWORDS,
+     "call_later(delay, callback, *args, loop=None, context=None) -> Timeout\n\nRuns "
+     "callback(*args) in the thread of an asyncio event loop after delay seconds."},
+    {"pending_timeouts", (PyCFunction)timer_pending_timeouts, METH_NOARGS,
+     "pending_timeouts() -> int\n\nTimeouts neither expired nor cancelled."},
+    {"stats", (PyCFunction)timer_stats, METH_NOARGS, "stats() -> dict\n\nCounters and lateness."},
+    {"__enter__", (PyCFunction)timer_enter, METH_NOARGS, NULL},
+    {"__exit__", (PyCFunction)timer_exit, METH_VARARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef timer_getset[] = {
+    {"tick_duration", (getter)timer_get_tick_duration, NULL, "Seconds per tick.", NULL},
+    {"ticks_per_wheel", (getter)timer_get_ticks_per_wheel, NULL, "Buckets in the wheel.", NULL},
+    {"max_pending_timeouts", (getter)timer_get_max_pending, NULL, "0: no limit.", NULL},
+    {"thread_name", (getter)timer_get_thread_name, NULL, "The worker thread's name.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMemberDef timer_members[] = {
+    {"__weaklistoffset__", T_PYSSIZET, offsetof(TimerObject, weakreflist), READONLY, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyType_Slot timer_slots[] = {
+    {Py_tp_doc, "HashedWheelTimer(tick_duration=0.1, ticks_per_wheel=512, *, "
+                "max_pending_timeouts=0, thread_name=None, executor=None)\n\n"
+                "Netty's hashed wheel timer: O(1) schedule and cancel from any thread."},
+    {Py_tp_new, timer_new},
+    {Py_tp_dealloc, timer_dealloc},
+    {Py_tp_finalize, timer_finalize},
+    {Py_tp_traverse, timer_traverse},
+    {Py_tp_clear, timer_clear},
+    {Py_tp_repr, timer_repr},
+    {Py_tp_methods, timer_methods},
+    {Py_tp_getset, timer_getset},
+    {Py_tp_members, timer_members},
+    {0, NULL},
+};
+
+PyType_Spec hwtimer_timer_spec = {
+    .name = "hwtimer.HashedWheelTimer",
+    .basicsize = sizeof(TimerObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .slots = timer_slots,
+};
