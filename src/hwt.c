@@ -29,6 +29,13 @@
 
 #define LATENCY_WINDOW 4096
 
+/* A sleeping worker is woken for cancels when this many are queued, so
+   their references are not held long; and by the first cancel when it
+   would otherwise sleep longer than CANCEL_WAKE_SLEEP_NS. */
+#define CANCEL_WAKE_BATCH 4096
+#define CANCEL_WAKE_SLEEP_NS INT64_C(1000000000)
+enum { CANCEL_WAKE_NONE = 0, CANCEL_WAKE_AT_BATCH = 1, CANCEL_WAKE_AT_FIRST = 2 };
+
 /* timeout->flags, the worker's own */
 #define CANCEL_SEEN 1u /* its cancel was processed before it left the queue */
 
@@ -72,7 +79,7 @@ struct hwt_timer {
 
     /* producers wake the sleeping worker for a deadline below this */
     _Atomic int64_t wake_limit;
-    _Atomic bool cancel_wake; /* the first cancel wakes the worker */
+    _Atomic int cancel_wake; /* CANCEL_WAKE_*: when cancels wake the worker */
     _Atomic uint32_t futex_word;
     _Atomic bool stopping;
 
@@ -525,12 +532,21 @@ static void sleep_until_tick(hwt_timer *t, int64_t target)
         limit = target * t->cfg.tick_ns;
         wake_at = t->start_time + (target + 1) * t->cfg.tick_ns;
     }
+    /* Sleeping past the next tick, cancels would wait: let enough of them,
+       or on a long sleep the first, wake the worker. */
+    int cancel_wake = CANCEL_WAKE_NONE;
+    if (target > t->tick)
+        cancel_wake = wake_at == HWT_NEVER ||
+                              wake_at - t->cfg.clock(t->cfg.clock_ctx) > CANCEL_WAKE_SLEEP_NS
+                          ? CANCEL_WAKE_AT_FIRST
+                          : CANCEL_WAKE_AT_BATCH;
     atomic_store(&t->futex_word, SLEEPING);
     atomic_store(&t->wake_limit, limit);
-    atomic_store(&t->cancel_wake, target > t->tick);
-    /* Dekker with the producers: they push, then read wake_limit. */
+    atomic_store(&t->cancel_wake, cancel_wake);
+    /* Dekker with the producers: they push, then read wake_limit (or
+       cancel_wake). */
     if (atomic_load(&t->new_head) != NULL || atomic_load(&t->stopping) ||
-        (target > t->tick && cancels_queued(t))) {
+        (cancel_wake == CANCEL_WAKE_AT_FIRST && cancels_queued(t))) {
         atomic_store(&t->futex_word, AWAKE);
         atomic_store(&t->wake_limit, -1);
         return;
@@ -549,7 +565,7 @@ static void sleep_until_tick(hwt_timer *t, int64_t target)
             break;
     }
     atomic_store(&t->wake_limit, -1);
-    atomic_store(&t->cancel_wake, false);
+    atomic_store(&t->cancel_wake, CANCEL_WAKE_NONE);
     atomic_store(&t->futex_word, AWAKE);
     atomic_store_explicit(&t->wakeups,
                           atomic_load_explicit(&t->wakeups, memory_order_relaxed) + 1,
@@ -742,11 +758,15 @@ int hwt_timeout_cancel(hwt_timeout *to)
         t->cancels = v;
         t->cancels_cap = cap;
     }
-    bool first = t->ncancels++ == 0;
-    t->cancels[t->ncancels - 1] = to;
+    size_t queued = ++t->ncancels;
+    t->cancels[queued - 1] = to;
     pthread_mutex_unlock(&t->cancel_lock);
-    if (first && atomic_exchange(&t->cancel_wake, false))
-        wake_worker(t);
+    if (queued == 1 || queued == CANCEL_WAKE_BATCH) {
+        int when = atomic_load_explicit(&t->cancel_wake, memory_order_relaxed);
+        if ((queued == 1 ? when == CANCEL_WAKE_AT_FIRST : when != CANCEL_WAKE_NONE) &&
+            atomic_exchange(&t->cancel_wake, CANCEL_WAKE_NONE) != CANCEL_WAKE_NONE)
+            wake_worker(t);
+    }
     return 1;
 }
 

@@ -88,14 +88,19 @@ int hwtimer_parse_delay(hwtimer_state *st, PyObject *obj, const char *what, int6
         return 0;
     }
     double d;
-    if (hwtimer_parse_seconds(st, obj, what, &d) < 0) {
-        if (PyErr_ExceptionMatches(PyExc_OverflowError)) {
-            /* an int too large for a double: as good as forever */
-            PyErr_Clear();
-            d = Py_HUGE_VAL;
-        } else {
+    if (PyFloat_CheckExact(obj)) {
+        d = PyFloat_AS_DOUBLE(obj);
+    } else if (hwtimer_parse_seconds(st, obj, what, &d) < 0) {
+        if (!PyLong_Check(obj) || !PyErr_ExceptionMatches(PyExc_OverflowError))
             return -1;
-        }
+        /* an int too large for a double: forever, or the next tick */
+        PyErr_Clear();
+        PyObject *zero = PyLong_FromLong(0);
+        int negative = zero ? PyObject_RichCompareBool(obj, zero, Py_LT) : -1;
+        Py_XDECREF(zero);
+        if (negative < 0)
+            return -1;
+        d = negative ? -Py_HUGE_VAL : Py_HUGE_VAL;
     }
     if (isnan(d)) {
         PyErr_Format(PyExc_ValueError, "%s must not be NaN", what);

@@ -1,0 +1,245 @@
+"""timer.stats() and the worker that sleeps when there is nothing to do."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import pytest
+
+import hwtimer
+
+STATS_KEYS = {
+    "pending",
+    "scheduled",
+    "expired",
+    "cancelled",
+    "rejected",
+    "task_errors",
+    "ticks",
+    "max_expired_per_tick",
+    "late_p50",
+    "late_p99",
+    "late_max",
+    "task_time_max",
+}
+
+
+def wait_for(predicate, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.005)
+    return predicate()
+
+
+@pytest.fixture
+def make_timer():
+    timers: list[hwtimer.HashedWheelTimer] = []
+
+    def make(*args, **kwargs) -> hwtimer.HashedWheelTimer:
+        timer = hwtimer.HashedWheelTimer(*args, **kwargs)
+        timers.append(timer)
+        return timer
+
+    yield make
+    for timer in timers:
+        timer.stop()
+
+
+def worker_switches(name: str) -> int:
+    """Context switches so far of this process's thread named `name`."""
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                if f.read().strip() != name:
+                    continue
+            with open(f"/proc/self/task/{tid}/status") as f:
+                fields = dict(line.split(":", 1) for line in f if ":" in line)
+        except FileNotFoundError:
+            continue
+        return int(fields["voluntary_ctxt_switches"]) + int(fields["nonvoluntary_ctxt_switches"])
+    raise LookupError(f"no thread named {name!r}")
+
+
+def test_stats_has_every_documented_key(make_timer):
+    stats = make_timer().stats()
+    assert STATS_KEYS <= stats.keys()
+    assert all(stats[k] == 0 for k in STATS_KEYS)
+
+
+def test_stats_arithmetic_once_settled(make_timer):
+    timer = make_timer(0.005, 64)
+    fired = threading.Event()
+    count = 0
+
+    def task(_t):
+        nonlocal count
+        count += 1
+        if count == 60:
+            fired.set()
+
+    timeouts = [timer.new_timeout(task, 0.001 * (i % 20)) for i in range(100)]
+    cancelled = sum(t.cancel() for t in timeouts[60:])
+    far = [timer.new_timeout(task, 3600) for _ in range(5)]
+    assert fired.wait(10)
+    assert wait_for(lambda: timer.stats()["cancelled"] == cancelled)
+    s = timer.stats()
+    assert s["scheduled"] == 105
+    assert s["expired"] == 60 and count == 60
+    assert s["pending"] == len(far) == timer.pending_timeouts()
+    assert s["scheduled"] == s["pending"] + s["expired"] + s["cancelled"]
+    assert s["ticks"] >= 1
+    assert 1 <= s["max_expired_per_tick"] <= 60
+
+
+def test_stats_count_rejections_and_task_errors(make_timer):
+    timer = make_timer(0.005, 8, max_pending_timeouts=3)
+    ran = threading.Event()
+
+    def boom(_t):
+        raise ValueError("task failed")
+
+    timer.new_timeout(lambda t: None, 3600)
+    timer.new_timeout(lambda t: None, 3600)
+    timer.new_timeout(boom, 0)
+    with pytest.raises(hwtimer.RejectedExecutionError):
+        timer.new_timeout(lambda t: None, 0)
+    assert wait_for(lambda: timer.pending_timeouts() == 2)  # boom fired: room again
+    timer.new_timeout(lambda t: ran.set(), 0.02)
+    assert ran.wait(10)
+    assert wait_for(lambda: timer.stats()["task_errors"] == 1)
+    s = timer.stats()
+    assert s["rejected"] == 1
+    assert s["scheduled"] == 4  # a rejected timeout is not counted as scheduled
+    assert s["expired"] == 2  # the failing task counts as expired
+
+
+def test_lateness_plausible_against_tick(make_timer):
+    tick = 0.01
+    timer = make_timer(tick, 64)
+    done = threading.Event()
+    n = 50
+
+    def task(_t):
+        if timer.stats()["expired"] == n:
+            done.set()
+
+    for i in range(n):
+        timer.new_timeout(task, 0.002 * i)
+    assert done.wait(10)
+    assert wait_for(lambda: timer.stats()["late_samples"] == n)
+    s = timer.stats()
+    # never early; late by about a tick, with room for a busy machine
+    assert 0 <= s["late_p50"] <= s["late_p99"] <= s["late_max"] < 1.0
+    assert s["late_p50"] <= tick + 0.5
+    assert 0 <= s["task_time_max"] < 1.0
+
+
+def test_task_time_max_sees_a_slow_task(make_timer):
+    timer = make_timer(0.005, 8)
+    done = threading.Event()
+    timer.new_timeout(lambda t: (time.sleep(0.05), done.set()), 0)
+    assert done.wait(10)
+    assert wait_for(lambda: timer.stats()["task_time_max"] >= 0.05)
+
+
+def test_idle_timer_does_not_wake(make_timer):
+    timer = make_timer(0.001, 512, thread_name="hwt-idle-test")
+    timer.start()
+    time.sleep(0.1)
+    before = worker_switches("hwt-idle-test")
+    wakeups = timer.stats()["wakeups"]
+    time.sleep(1.0)
+    # An every-tick worker would switch about 1000 times here.
+    assert worker_switches("hwt-idle-test") - before <= 5
+    assert timer.stats()["wakeups"] - wakeups <= 5
+
+
+def test_idle_after_work_blocks_again(make_timer):
+    timer = make_timer(0.001, 512, thread_name="hwt-idle-again")
+    fired = threading.Event()
+    timer.new_timeout(lambda t: fired.set(), 0.01)
+    assert fired.wait(10)
+    time.sleep(0.05)
+    before = worker_switches("hwt-idle-again")
+    time.sleep(1.0)
+    assert worker_switches("hwt-idle-again") - before <= 5
+
+
+def test_pending_far_timeout_sleeps_to_its_tick(make_timer):
+    # One timeout 2 s away on a 1 ms tick: the worker sleeps to its bucket
+    # (once per turn of the 4096-tick wheel), not through 2000 empty ticks.
+    timer = make_timer(0.001, 4096, thread_name="hwt-far-test")
+    timer.new_timeout(lambda t: None, 2.0)
+    time.sleep(0.1)
+    before = worker_switches("hwt-far-test")
+    time.sleep(1.0)
+    assert worker_switches("hwt-far-test") - before <= 5
+
+
+def test_every_tick_mode_wakes_every_tick(monkeypatch, make_timer):
+    # The comparison mode the idle benchmark uses, which proves the bound
+    # above can fail.
+    monkeypatch.setenv("HWTIMER_WAKE_EVERY_TICK", "1")
+    timer = make_timer(0.001, 512, thread_name="hwt-every-tick")
+    timer.start()
+    time.sleep(0.1)
+    before = worker_switches("hwt-every-tick")
+    time.sleep(1.0)
+    assert worker_switches("hwt-every-tick") - before > 100
+
+
+def test_far_apart_timeouts_fire_on_time_after_long_sleeps(make_timer):
+    timer = make_timer(0.01, 8)  # one turn of the wheel is 80 ms
+    fired: list[tuple[float, float]] = []
+    done = threading.Event()
+    delays = [0.05, 0.4, 0.9, 1.5]
+
+    def task(t):
+        fired.append((time.monotonic(), t.deadline))
+        if len(fired) == len(delays):
+            done.set()
+
+    for d in delays:
+        timer.new_timeout(task, d)
+    assert done.wait(15)
+    for now, deadline in fired:
+        assert now >= deadline  # never early
+        assert now - deadline < 1.0  # and not lost in a long sleep
+    assert [d for _, d in fired] == sorted(d for _, d in fired)
+
+
+def test_early_timeout_scheduled_during_long_sleep_fires_on_time(make_timer):
+    timer = make_timer(0.01, 512)
+    timer.new_timeout(lambda t: None, 3600)  # the worker now sleeps to its bucket
+    time.sleep(0.1)
+    fired = threading.Event()
+    at: list[float] = []
+    t0 = time.monotonic()
+    timeout = timer.new_timeout(lambda t: (at.append(time.monotonic()), fired.set()), 0.05)
+    assert fired.wait(10)
+    assert at[0] >= timeout.deadline >= t0 + 0.05
+    assert at[0] - timeout.deadline < 1.0
+
+
+def test_cancel_during_long_sleep_releases_task(make_timer):
+    import gc
+    import weakref
+
+    timer = make_timer(0.01, 512)
+
+    class Task:
+        def __call__(self, t):
+            pass
+
+    task = Task()
+    ref = weakref.ref(task)
+    timeout = timer.new_timeout(task, 3600)
+    time.sleep(0.05)  # transferred; the worker sleeps for a long time
+    assert timeout.cancel()
+    del task, timeout
+    assert wait_for(lambda: (gc.collect(), ref() is None)[1])
+    assert wait_for(lambda: timer.pending_timeouts() == 0)
