@@ -56,32 +56,34 @@ struct hwt_timer {
     uint64_t *summary;  /* owned: a bit per non-zero word of occupied */
     size_t words, summary_words;
 
-    /* producers push, the worker takes all: Treiber stack, newest first */
-    _Atomic(hwt_timeout *) new_head;
-
-    pthread_mutex_t cancel_lock;
-    hwt_timeout **cancels; /* owned, under cancel_lock */
-    size_t ncancels, cancels_cap;
-    bool cancel_closed;
-    hwt_timeout **cancels_spare; /* owned, the worker's: swapped with cancels */
-    size_t spare_cap;
-
-    /* the worker's own */
-    hwt_timeout *xfer_head, *xfer_tail; /* taken from new_head, FIFO */
-    int64_t tick;                       /* next tick to process */
-    hwt_sink *batch_sinks;              /* sinks with a batch this tick */
-
-    _Atomic int64_t pending;
+    /* Producers' cache line: they push, the worker takes all (a Treiber
+       stack, newest first).  `scheduled` counts accepted timeouts; pending
+       is scheduled - expired - cancelled, so producers never write a line
+       the worker writes. */
+    _Alignas(64) _Atomic(hwt_timeout *) new_head;
     _Atomic uint64_t scheduled, rejected;
-    /* written by the worker only, read by stats() */
-    _Atomic uint64_t expired, cancelled, ticks, wakeups, max_expired;
-    _Atomic int64_t tick_seen;
 
-    /* producers wake the sleeping worker for a deadline below this */
-    _Atomic int64_t wake_limit;
+    /* Read by producers, written by the worker when it sleeps or wakes:
+       producers wake it for a deadline below wake_limit. */
+    _Alignas(64) _Atomic int64_t wake_limit;
     _Atomic int cancel_wake; /* CANCEL_WAKE_*: when cancels wake the worker */
     _Atomic uint32_t futex_word;
     _Atomic bool stopping;
+
+    _Alignas(64) pthread_mutex_t cancel_lock;
+    hwt_timeout **cancels; /* owned, under cancel_lock */
+    size_t ncancels, cancels_cap;
+    bool cancel_closed;
+
+    /* The worker's own (after it exits, stop's). */
+    _Alignas(64) hwt_timeout **cancels_spare; /* owned: swapped with cancels */
+    size_t spare_cap;
+    hwt_timeout *xfer_head, *xfer_tail; /* taken from new_head, FIFO */
+    int64_t tick;                       /* next tick to process */
+    hwt_sink *batch_sinks;              /* sinks with a batch this tick */
+    /* written by the worker only (release), read by stats() (acquire) */
+    _Atomic uint64_t expired, cancelled, ticks, wakeups, max_expired;
+    _Atomic int64_t tick_seen;
 
     /* held by the worker while it processes, so fork() sees a quiet wheel */
     pthread_mutex_t lock;
@@ -348,18 +350,16 @@ static void release_cancelled(hwt_timer *t, hwt_timeout *to)
     deliver(t, to, &t->dflt);
 }
 
-static void count_cancel(hwt_timer *t)
+/* Adds n to a counter only the worker writes. */
+static inline void count(_Atomic uint64_t *counter, uint64_t n)
 {
-    atomic_fetch_sub_explicit(&t->pending, 1, memory_order_relaxed);
-    atomic_store_explicit(&t->cancelled,
-                          atomic_load_explicit(&t->cancelled, memory_order_relaxed) + 1,
-                          memory_order_relaxed);
+    atomic_store_explicit(counter, atomic_load_explicit(counter, memory_order_relaxed) + n,
+                          memory_order_release);
 }
 
 /* Processes one cancelled timeout taken from the cancel vector. */
 static void process_cancel(hwt_timer *t, hwt_timeout *to)
 {
-    count_cancel(t);
     if (to->link.prev) {
         bucket_unlink(t, to);
         release_cancelled(t, to);
@@ -380,6 +380,8 @@ static void process_cancels(hwt_timer *t)
     pthread_mutex_unlock(&t->cancel_lock);
     for (size_t i = 0; i < n; i++)
         process_cancel(t, v[i]);
+    if (n)
+        count(&t->cancelled, n);
     t->cancels_spare = v;
     t->spare_cap = cap;
 }
@@ -458,10 +460,7 @@ static void expire_bucket(hwt_timer *t, int64_t tick)
         n++;
     }
     if (n) {
-        atomic_fetch_sub_explicit(&t->pending, (int64_t)n, memory_order_relaxed);
-        atomic_store_explicit(&t->expired,
-                              atomic_load_explicit(&t->expired, memory_order_relaxed) + n,
-                              memory_order_relaxed);
+        count(&t->expired, n);
         if (n > atomic_load_explicit(&t->max_expired, memory_order_relaxed))
             atomic_store_explicit(&t->max_expired, n, memory_order_relaxed);
     }
@@ -501,9 +500,7 @@ static int64_t run_due(hwt_timer *t, int64_t now)
         t->tick = next;
         expire_bucket(t, next);
         t->tick = next + 1;
-        atomic_store_explicit(&t->ticks,
-                              atomic_load_explicit(&t->ticks, memory_order_relaxed) + 1,
-                              memory_order_relaxed);
+        count(&t->ticks, 1);
         publish_batches(t);
         if (atomic_load_explicit(&t->stopping, memory_order_relaxed))
             break;
@@ -532,11 +529,10 @@ static void sleep_until_tick(hwt_timer *t, int64_t target)
         limit = target * t->cfg.tick_ns;
         wake_at = t->start_time + (target + 1) * t->cfg.tick_ns;
     }
-    /* Sleeping past the next tick, cancels would wait: let enough of them,
-       or on a long sleep the first, wake the worker. */
-    int cancel_wake = CANCEL_WAKE_NONE;
-    if (target > t->tick)
-        cancel_wake = wake_at == HWT_NEVER ||
+    /* Cancels wait for the worker: let a batch of them wake it, so that
+       what they hold is released in small warm batches, and on a long
+       sleep the first. */
+    int cancel_wake = wake_at == HWT_NEVER ||
                               wake_at - t->cfg.clock(t->cfg.clock_ctx) > CANCEL_WAKE_SLEEP_NS
                           ? CANCEL_WAKE_AT_FIRST
                           : CANCEL_WAKE_AT_BATCH;
@@ -567,9 +563,7 @@ static void sleep_until_tick(hwt_timer *t, int64_t target)
     atomic_store(&t->wake_limit, -1);
     atomic_store(&t->cancel_wake, CANCEL_WAKE_NONE);
     atomic_store(&t->futex_word, AWAKE);
-    atomic_store_explicit(&t->wakeups,
-                          atomic_load_explicit(&t->wakeups, memory_order_relaxed) + 1,
-                          memory_order_relaxed);
+    count(&t->wakeups, 1);
 }
 
 static void *worker_main(void *arg)
@@ -701,6 +695,19 @@ hwt_sink *hwt_timer_default_sink(hwt_timer *t) { return &t->dflt; }
 
 /* ---- producers ---- */
 
+/* Timeouts scheduled and neither expired nor cancelled, counting
+   `scheduled` as scheduled if it is not 0.  The worker's counters are read
+   first: every timeout they count was counted as scheduled before, so the
+   difference is never negative. */
+static int64_t pending_of(hwt_timer *t, uint64_t scheduled)
+{
+    uint64_t done = atomic_load_explicit(&t->expired, memory_order_acquire) +
+                    atomic_load_explicit(&t->cancelled, memory_order_acquire);
+    if (!scheduled)
+        scheduled = atomic_load_explicit(&t->scheduled, memory_order_relaxed);
+    return scheduled > done ? (int64_t)(scheduled - done) : 0;
+}
+
 int hwt_timer_schedule(hwt_timer *t, hwt_timeout *to, int64_t delay_ns)
 {
     int64_t now = now_rel(t);
@@ -711,21 +718,20 @@ int hwt_timer_schedule(hwt_timer *t, hwt_timeout *to, int64_t delay_ns)
     atomic_store_explicit(&to->state, HWT_INIT, memory_order_relaxed);
     if (t->state != T_STARTED || t->orphaned)
         return HWT_ESTOPPED;
-    int64_t pending = atomic_fetch_add_explicit(&t->pending, 1, memory_order_relaxed) + 1;
-    if (t->cfg.max_pending > 0 && pending > t->cfg.max_pending) {
-        atomic_fetch_sub_explicit(&t->pending, 1, memory_order_relaxed);
+    uint64_t scheduled = atomic_fetch_add_explicit(&t->scheduled, 1, memory_order_relaxed) + 1;
+    if (t->cfg.max_pending > 0 && pending_of(t, scheduled) > t->cfg.max_pending) {
+        atomic_fetch_sub_explicit(&t->scheduled, 1, memory_order_relaxed);
         atomic_fetch_add_explicit(&t->rejected, 1, memory_order_relaxed);
         return HWT_EREJECTED;
     }
     hwt_timeout *head = atomic_load_explicit(&t->new_head, memory_order_relaxed);
     do {
         if (head == CLOSED) {
-            atomic_fetch_sub_explicit(&t->pending, 1, memory_order_relaxed);
+            atomic_fetch_sub_explicit(&t->scheduled, 1, memory_order_relaxed);
             return HWT_ESTOPPED;
         }
         to->link.next = &head->link;
     } while (!atomic_compare_exchange_weak(&t->new_head, &head, to));
-    atomic_fetch_add_explicit(&t->scheduled, 1, memory_order_relaxed);
     if (deadline < atomic_load(&t->wake_limit))
         wake_worker(t);
     return HWT_OK;
@@ -772,15 +778,17 @@ int hwt_timeout_cancel(hwt_timeout *to)
 
 int64_t hwt_timer_pending(hwt_timer *t)
 {
-    return atomic_load_explicit(&t->pending, memory_order_relaxed);
+    return pending_of(t, 0);
 }
 
 void hwt_timer_stats(hwt_timer *t, hwt_stats *out)
 {
-    out->expired = atomic_load_explicit(&t->expired, memory_order_relaxed);
-    out->cancelled = atomic_load_explicit(&t->cancelled, memory_order_relaxed);
-    out->pending = atomic_load_explicit(&t->pending, memory_order_relaxed);
+    out->expired = atomic_load_explicit(&t->expired, memory_order_acquire);
+    out->cancelled = atomic_load_explicit(&t->cancelled, memory_order_acquire);
     out->scheduled = atomic_load_explicit(&t->scheduled, memory_order_relaxed);
+    out->pending = out->scheduled > out->expired + out->cancelled
+                       ? (int64_t)(out->scheduled - out->expired - out->cancelled)
+                       : 0;
     out->rejected = atomic_load_explicit(&t->rejected, memory_order_relaxed);
     out->ticks = atomic_load_explicit(&t->ticks, memory_order_relaxed);
     out->wakeups = atomic_load_explicit(&t->wakeups, memory_order_relaxed);
@@ -796,7 +804,7 @@ static void sweep(hwt_timer *t, hwt_timeout *to, hwt_timeout **out_tail)
 {
     uint32_t expect = HWT_INIT;
     bool mine = atomic_compare_exchange_strong(&to->state, &expect, HWT_CANCELLED);
-    count_cancel(t);
+    count(&t->cancelled, 1);
     if (!mine) {
         release_cancelled(t, to);
         return;
