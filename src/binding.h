@@ -136,11 +136,13 @@ int hwtimer_timeout_submit(TimerObject *timer, PyObject *obj,
 PyObject *hwtimer_timeout_from_node(hwt_timeout *node);
 /* Drops the wheel's references to a chain of nodes (link.next). */
 void hwtimer_release_chain(hwt_timeout *node);
-/* Runs a new_timeout task (or submits it to the executor).  Never fails:
-   errors are logged. */
-void hwtimer_run_task(TimerObject *timer, TimeoutObject *to);
-/* The body of _run_task: runs the task now, on this thread. */
-void hwtimer_call_task(TimerObject *timer, TimeoutObject *to);
+/* Runs a new_timeout task that this thread began to handle at clock time
+   `start` (or submits it to the executor).  Returns the clock time when it
+   is done, so a batch reads the clock once per task.  Never fails: errors
+   are logged. */
+int64_t hwtimer_run_task(TimerObject *timer, TimeoutObject *to, int64_t start);
+/* Runs the task now, on this thread; the same contract. */
+int64_t hwtimer_call_task(TimerObject *timer, TimeoutObject *to, int64_t start);
 double hwtimer_deadline_seconds(TimeoutObject *to);
 
 /* timer.c */

@@ -36,6 +36,10 @@
 #define CANCEL_WAKE_SLEEP_NS INT64_C(1000000000)
 enum { CANCEL_WAKE_NONE = 0, CANCEL_WAKE_AT_BATCH = 1, CANCEL_WAKE_AT_FIRST = 2 };
 
+/* A sleeping worker is woken to transfer when this many new timeouts have
+   queued, so a burst is in its buckets before it falls due. */
+#define TRANSFER_WAKE_BATCH 65536
+
 /* timeout->flags, the worker's own */
 #define CANCEL_SEEN 1u /* its cancel was processed before it left the queue */
 
@@ -66,6 +70,7 @@ struct hwt_timer {
     /* Read by producers, written by the worker when it sleeps or wakes:
        producers wake it for a deadline below wake_limit. */
     _Alignas(64) _Atomic int64_t wake_limit;
+    _Atomic uint64_t transfer_wake_at; /* the `scheduled` count that wakes it */
     _Atomic int cancel_wake; /* CANCEL_WAKE_*: when cancels wake the worker */
     _Atomic uint32_t futex_word;
     _Atomic bool stopping;
@@ -539,6 +544,7 @@ static void sleep_until_tick(hwt_timer *t, int64_t target)
     atomic_store(&t->futex_word, SLEEPING);
     atomic_store(&t->wake_limit, limit);
     atomic_store(&t->cancel_wake, cancel_wake);
+    atomic_store(&t->transfer_wake_at, atomic_load(&t->scheduled) + TRANSFER_WAKE_BATCH);
     /* Dekker with the producers: they push, then read wake_limit (or
        cancel_wake). */
     if (atomic_load(&t->new_head) != NULL || atomic_load(&t->stopping) ||
@@ -732,7 +738,8 @@ int hwt_timer_schedule(hwt_timer *t, hwt_timeout *to, int64_t delay_ns)
         }
         to->link.next = &head->link;
     } while (!atomic_compare_exchange_weak(&t->new_head, &head, to));
-    if (deadline < atomic_load(&t->wake_limit))
+    if (deadline < atomic_load(&t->wake_limit) ||
+        scheduled == atomic_load_explicit(&t->transfer_wake_at, memory_order_relaxed))
         wake_worker(t);
     return HWT_OK;
 }

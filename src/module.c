@@ -160,7 +160,7 @@ static PyObject *run_task(PyObject *module, PyObject *arg)
         return NULL;
     }
     TimeoutObject *to = (TimeoutObject *)arg;
-    hwtimer_call_task(TIMER_OF(to), to);
+    hwtimer_call_task(TIMER_OF(to), to, hwt_monotonic_ns(NULL));
     Py_RETURN_NONE;
 }
 

@@ -71,9 +71,8 @@ double hwtimer_deadline_seconds(TimeoutObject *to)
 
 /* ---- running a task ---- */
 
-void hwtimer_call_task(TimerObject *timer, TimeoutObject *to)
+int64_t hwtimer_call_task(TimerObject *timer, TimeoutObject *to, int64_t start)
 {
-    int64_t start = hwt_monotonic_ns(NULL);
     TimerObject *outer = hwtimer_current_task_timer;
     hwtimer_current_task_timer = timer;
     PyObject *r = PyObject_CallOneArg(to->task, (PyObject *)to);
@@ -87,25 +86,24 @@ void hwtimer_call_task(TimerObject *timer, TimeoutObject *to)
     int64_t end = hwt_monotonic_ns(NULL);
     int64_t deadline = hwt_timer_start_time(timer->core) + to->node.deadline;
     hwt_timer_record_task(timer->core, start - deadline, end - start);
+    return end;
 }
 
-void hwtimer_run_task(TimerObject *timer, TimeoutObject *to)
+int64_t hwtimer_run_task(TimerObject *timer, TimeoutObject *to, int64_t start)
 {
-    if (!timer->executor) {
-        hwtimer_call_task(timer, to);
-        return;
-    }
+    if (!timer->executor)
+        return hwtimer_call_task(timer, to, start);
     PyObject *r = PyObject_CallMethod(timer->executor, "submit", "OO", timer->state->run_task,
                                       (PyObject *)to);
     if (r) {
         Py_DECREF(r);
-        return;
+        return hwt_monotonic_ns(NULL);
     }
     /* A refused task (an executor shut down, say) still runs exactly once:
        here, after the refusal is logged. */
     timer->task_errors++;
     hwtimer_log_task_error(timer->state, (PyObject *)to);
-    hwtimer_call_task(timer, to);
+    return hwtimer_call_task(timer, to, hwt_monotonic_ns(NULL));
 }
 
 /* ---- methods ---- */

@@ -18,13 +18,14 @@
 
 static void dispatch_batch(hwt_sink *dflt, hwt_timeout *node)
 {
+    int64_t now = hwt_monotonic_ns(NULL);
     while (node) {
         hwt_timeout *next = hwt_timeout_of(node->link.next);
         TimeoutObject *to = (TimeoutObject *)hwtimer_timeout_from_node(node);
         /* Cancelled timeouts come back only to be released; so do expired
            call_later ones whose loop went away. */
         if (atomic_load(&node->state) == HWT_EXPIRED && node->sink == dflt)
-            hwtimer_run_task(TIMER_OF(to), to);
+            now = hwtimer_run_task(TIMER_OF(to), to, now);
         Py_DECREF(to); /* the wheel's reference: may free the timer too */
         node = next;
     }
