@@ -302,9 +302,15 @@ static PyObject *timer_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
     hwtimer_state *st = hwtimer_state_of_type(tp);
 
     double tick = 0.1;
-    if (tick_o && hwtimer_parse_seconds(st, tick_o, "tick_duration", &tick) < 0)
-        return NULL;
-    if (!(tick > 0) || isinf(tick)) {
+    if (tick_o && hwtimer_parse_seconds(st, tick_o, "tick_duration", &tick) < 0) {
+        if (PyLong_Check(tick_o) && PyErr_ExceptionMatches(PyExc_OverflowError)) {
+            PyErr_Clear();
+            tick = Py_HUGE_VAL; /* an int too large for a double: far too long */
+        } else {
+            return NULL;
+        }
+    }
+    if (!(tick > 0) || (isinf(tick) && !PyLong_Check(tick_o))) {
         PyErr_Format(PyExc_ValueError, "tick_duration must be > 0 and finite, not %R", tick_o);
         return NULL;
     }
