@@ -34,12 +34,11 @@ typedef struct {
 } hwtimer_state;
 
 struct TimerObject {
-    PyObject_HEAD
-    hwt_timer *core;      /* owned reference */
-    PyObject *executor;   /* owned, or NULL */
-    PyObject *dispatcher; /* owned DispatchObject, NULL until started */
-    PyObject *loop_sinks; /* owned list of LoopSinkObject */
-    PyObject *name;       /* owned str: the worker thread's name */
+    PyObject_HEAD hwt_timer *core; /* owned reference */
+    PyObject *executor;            /* owned, or NULL */
+    PyObject *dispatcher;          /* owned DispatchObject, NULL until started */
+    PyObject *loop_sinks;          /* owned list of LoopSinkObject */
+    PyObject *name;                /* owned str: the worker thread's name */
     PyObject *weakreflist;
     hwtimer_state *state; /* borrowed: the module's, outlives every timer */
     double tick_duration;
@@ -55,8 +54,7 @@ struct TimerObject {
    it, so it cannot be garbage, and a million of them cost a collection
    nothing.  It is tracked once the wheel gives it back. */
 typedef struct {
-    PyObject_HEAD
-    hwt_timeout node;
+    PyObject_HEAD hwt_timeout node;
     PyObject *task; /* owned */
 } TimeoutObject;
 
@@ -65,37 +63,35 @@ typedef struct LoopSinkObject LoopSinkObject;
 /* A Timeout from call_later: callback(*args) runs in `context` on the loop
    of `sink`. */
 typedef struct {
-    TimeoutObject base; /* base.task is the callback */
-    PyObject *args;     /* owned tuple */
-    PyObject *context;  /* owned contextvars.Context */
+    TimeoutObject base;   /* base.task is the callback */
+    PyObject *args;       /* owned tuple */
+    PyObject *context;    /* owned contextvars.Context */
     LoopSinkObject *sink; /* owned */
 } LoopTimeoutObject;
 
 /* Delivery to one event loop: an eventfd the loop watches, drained in C. */
 struct LoopSinkObject {
-    PyObject_HEAD
-    hwt_sink sink;        /* sink.owner: the TimerObject, borrowed */
-    PyObject *loop_ref;   /* owned weakref to the loop, or NULL */
-    PyObject *loop;       /* owned if owns_loop (a loop that cannot be weakly
-                             referenced), else borrowed: compared only */
+    PyObject_HEAD hwt_sink sink; /* sink.owner: the TimerObject, borrowed */
+    PyObject *loop_ref;          /* owned weakref to the loop, or NULL */
+    PyObject *loop;              /* owned if owns_loop (a loop that cannot be weakly
+                                    referenced), else borrowed: compared only */
     bool owns_loop;
-    bool closed;          /* delivers nothing more */
+    bool closed; /* delivers nothing more */
 };
 
 /* The object whose run() is the body of a timer's dispatch thread.  It
    shares the core with the timer, so it can outlive the TimerObject. */
 typedef struct {
-    PyObject_HEAD
-    hwt_timer *core; /* owned reference */
+    PyObject_HEAD hwt_timer *core; /* owned reference */
     pthread_mutex_t lock;
     pthread_cond_t done_cond;
-    bool done;              /* run() has finished its last batch */
+    bool done;               /* run() has finished its last batch */
     unsigned long thread_id; /* the dispatch thread, once running */
-    PyObject *name;         /* owned str */
+    PyObject *name;          /* owned str */
 } DispatchObject;
 
-#define TIMEOUT_OF(n) ((TimeoutObject *)((char *)(n) - offsetof(TimeoutObject, node)))
-#define TIMER_OF(to) ((TimerObject *)(to)->node.sink->owner)
+#define TIMEOUT_OF(n) ((TimeoutObject *)((char *)(n)-offsetof(TimeoutObject, node)))
+#define TIMER_OF(to)  ((TimerObject *)(to)->node.sink->owner)
 
 /* The timer whose task runs on this thread now, for stop()'s check. */
 extern _Thread_local TimerObject *hwtimer_current_task_timer;
@@ -104,11 +100,9 @@ extern _Thread_local TimerObject *hwtimer_current_task_timer;
 hwtimer_state *hwtimer_state_of_type(PyTypeObject *tp);
 /* Parses seconds (int, float, timedelta, or anything with __float__) into
    ns, saturating at HWT_NEVER.  Returns 0, or -1 with TypeError/ValueError. */
-int hwtimer_parse_delay(hwtimer_state *st, PyObject *obj, const char *what,
-                        int64_t *ns);
+int hwtimer_parse_delay(hwtimer_state *st, PyObject *obj, const char *what, int64_t *ns);
 /* Same, as seconds: returns 0 or -1; NaN is left to the caller. */
-int hwtimer_parse_seconds(hwtimer_state *st, PyObject *obj, const char *what,
-                          double *out);
+int hwtimer_parse_seconds(hwtimer_state *st, PyObject *obj, const char *what, double *out);
 /* Logs the current exception as a task's failure on the "hwtimer" logger
    and clears it. */
 void hwtimer_log_task_error(hwtimer_state *st, PyObject *timeout);
@@ -117,20 +111,17 @@ void hwtimer_log_error(hwtimer_state *st, const char *msg);
 
 /* timeout.c */
 /* tp_new of the types users do not create. */
-PyObject *hwtimer_new_refused(PyTypeObject *tp, PyObject *args,
-                              PyObject *kwargs);
+PyObject *hwtimer_new_refused(PyTypeObject *tp, PyObject *args, PyObject *kwargs);
 extern PyType_Spec hwtimer_timeout_spec;
 extern PyType_Spec hwtimer_loop_timeout_spec;
 /* Returns a new, unscheduled timeout of type `tp` delivered to `sink`,
    holding `task` and a reference to `timer`; a subtype's own fields are
    zeroed for the caller to fill before it schedules.  NULL on failure. */
-PyObject *hwtimer_timeout_new(TimerObject *timer, PyTypeObject *tp,
-                              hwt_sink *sink, PyObject *task);
+PyObject *hwtimer_timeout_new(TimerObject *timer, PyTypeObject *tp, hwt_sink *sink, PyObject *task);
 /* Schedules `obj` from hwtimer_timeout_new, giving the wheel a reference.
    Returns 0, or -1 with RejectedExecutionError or RuntimeError; the
    caller keeps its own reference either way. */
-int hwtimer_timeout_submit(TimerObject *timer, PyObject *obj,
-                           int64_t delay_ns);
+int hwtimer_timeout_submit(TimerObject *timer, PyObject *obj, int64_t delay_ns);
 /* Hands back the wheel's reference to a timeout the core returned: tracks
    it for the cyclic GC and returns it (a new reference, the wheel's). */
 PyObject *hwtimer_timeout_from_node(hwt_timeout *node);

@@ -32,7 +32,7 @@
 /* A sleeping worker is woken for cancels when this many are queued, so
    their references are not held long; and by the first cancel when it
    would otherwise sleep longer than CANCEL_WAKE_SLEEP_NS. */
-#define CANCEL_WAKE_BATCH 4096
+#define CANCEL_WAKE_BATCH    4096
 #define CANCEL_WAKE_SLEEP_NS INT64_C(1000000000)
 enum { CANCEL_WAKE_NONE = 0, CANCEL_WAKE_AT_BATCH = 1, CANCEL_WAKE_AT_FIRST = 2 };
 
@@ -71,7 +71,7 @@ struct hwt_timer {
        producers wake it for a deadline below wake_limit. */
     _Alignas(64) _Atomic int64_t wake_limit;
     _Atomic uint64_t transfer_wake_at; /* the `scheduled` count that wakes it */
-    _Atomic int cancel_wake; /* CANCEL_WAKE_*: when cancels wake the worker */
+    _Atomic int cancel_wake;           /* CANCEL_WAKE_*: when cancels wake the worker */
     _Atomic uint32_t futex_word;
     _Atomic bool stopping;
 
@@ -230,8 +230,8 @@ static int64_t first_occupied_from(const hwt_timer *t, uint32_t from)
     size_t sw = (w + 1) >> 6;
     if (sw >= t->summary_words)
         return -1;
-    uint64_t sbits = (w + 1) & 63 ? t->summary[sw] & (~UINT64_C(0) << ((w + 1) & 63))
-                                  : t->summary[sw];
+    uint64_t sbits =
+        (w + 1) & 63 ? t->summary[sw] & (~UINT64_C(0) << ((w + 1) & 63)) : t->summary[sw];
     for (;;) {
         if (sbits) {
             size_t word = (sw << 6) | (size_t)__builtin_ctzll(sbits);
@@ -537,10 +537,10 @@ static void sleep_until_tick(hwt_timer *t, int64_t target)
     /* Cancels wait for the worker: let a batch of them wake it, so that
        what they hold is released in small warm batches, and on a long
        sleep the first. */
-    int cancel_wake = wake_at == HWT_NEVER ||
-                              wake_at - t->cfg.clock(t->cfg.clock_ctx) > CANCEL_WAKE_SLEEP_NS
-                          ? CANCEL_WAKE_AT_FIRST
-                          : CANCEL_WAKE_AT_BATCH;
+    int cancel_wake =
+        wake_at == HWT_NEVER || wake_at - t->cfg.clock(t->cfg.clock_ctx) > CANCEL_WAKE_SLEEP_NS
+            ? CANCEL_WAKE_AT_FIRST
+            : CANCEL_WAKE_AT_BATCH;
     atomic_store(&t->futex_word, SLEEPING);
     atomic_store(&t->wake_limit, limit);
     atomic_store(&t->cancel_wake, cancel_wake);
@@ -560,9 +560,8 @@ static void sleep_until_tick(hwt_timer *t, int64_t target)
         tsp = &ts;
     }
     while (atomic_load(&t->futex_word) == SLEEPING) {
-        long r = syscall(SYS_futex, (uint32_t *)&t->futex_word,
-                         FUTEX_WAIT_BITSET_PRIVATE, SLEEPING, tsp, NULL,
-                         FUTEX_BITSET_MATCH_ANY);
+        long r = syscall(SYS_futex, (uint32_t *)&t->futex_word, FUTEX_WAIT_BITSET_PRIVATE, SLEEPING,
+                         tsp, NULL, FUTEX_BITSET_MATCH_ANY);
         if (r == -1 && errno == ETIMEDOUT)
             break;
     }
@@ -644,7 +643,10 @@ fail:
     return NULL;
 }
 
-void hwt_timer_incref(hwt_timer *t) { atomic_fetch_add(&t->refs, 1); }
+void hwt_timer_incref(hwt_timer *t)
+{
+    atomic_fetch_add(&t->refs, 1);
+}
 
 void hwt_timer_decref(hwt_timer *t)
 {
@@ -691,13 +693,34 @@ int hwt_timer_start(hwt_timer *t)
     return 0;
 }
 
-bool hwt_timer_started(const hwt_timer *t) { return t->state == T_STARTED; }
-bool hwt_timer_stopped(const hwt_timer *t) { return t->state == T_STOPPED; }
-bool hwt_timer_orphaned(const hwt_timer *t) { return t->orphaned; }
-const hwt_config *hwt_timer_config(const hwt_timer *t) { return &t->cfg; }
-int64_t hwt_timer_start_time(const hwt_timer *t) { return t->start_time; }
-int64_t hwt_timer_now(const hwt_timer *t) { return t->cfg.clock(t->cfg.clock_ctx); }
-hwt_sink *hwt_timer_default_sink(hwt_timer *t) { return &t->dflt; }
+bool hwt_timer_started(const hwt_timer *t)
+{
+    return t->state == T_STARTED;
+}
+bool hwt_timer_stopped(const hwt_timer *t)
+{
+    return t->state == T_STOPPED;
+}
+bool hwt_timer_orphaned(const hwt_timer *t)
+{
+    return t->orphaned;
+}
+const hwt_config *hwt_timer_config(const hwt_timer *t)
+{
+    return &t->cfg;
+}
+int64_t hwt_timer_start_time(const hwt_timer *t)
+{
+    return t->start_time;
+}
+int64_t hwt_timer_now(const hwt_timer *t)
+{
+    return t->cfg.clock(t->cfg.clock_ctx);
+}
+hwt_sink *hwt_timer_default_sink(hwt_timer *t)
+{
+    return &t->dflt;
+}
 
 /* ---- producers ---- */
 
@@ -717,7 +740,9 @@ static int64_t pending_of(hwt_timer *t, uint64_t scheduled)
 int hwt_timer_schedule(hwt_timer *t, hwt_timeout *to, int64_t delay_ns)
 {
     int64_t now = now_rel(t);
-    int64_t deadline = delay_ns <= 0 ? now : delay_ns >= HWT_NEVER - now ? HWT_NEVER : now + delay_ns;
+    int64_t deadline = delay_ns <= 0                 ? now
+                       : delay_ns >= HWT_NEVER - now ? HWT_NEVER
+                                                     : now + delay_ns;
     to->deadline = deadline;
     to->flags = 0;
     to->link.prev = NULL;

@@ -21,8 +21,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define HWT_NEVER INT64_MAX /* a deadline that is never reached */
-#define HWT_MAX_TICKS_PER_WHEEL (1u << 30)
+#define HWT_NEVER                 INT64_MAX /* a deadline that is never reached */
+#define HWT_MAX_TICKS_PER_WHEEL   (1u << 30)
 #define HWT_MAX_TRANSFER_PER_TICK 100000
 
 typedef struct hwt_timer hwt_timer;
@@ -41,10 +41,10 @@ typedef struct hwt_timeout {
     /* In a bucket: the bucket's list.  Queued or delivered: `link.next`
        chains the queue or the batch (cast back with hwt_timeout_of). */
     hwt_link link;
-    int64_t deadline;        /* ns since the timer's start; HWT_NEVER saturates */
-    _Atomic uint32_t state;  /* HWT_INIT, HWT_CANCELLED, HWT_EXPIRED */
-    uint32_t flags;          /* the worker's own bookkeeping */
-    hwt_sink *sink;          /* borrowed: where its expiry is delivered */
+    int64_t deadline;       /* ns since the timer's start; HWT_NEVER saturates */
+    _Atomic uint32_t state; /* HWT_INIT, HWT_CANCELLED, HWT_EXPIRED */
+    uint32_t flags;         /* the worker's own bookkeeping */
+    hwt_sink *sink;         /* borrowed: where its expiry is delivered */
 } hwt_timeout;
 
 #define hwt_timeout_of(l) ((hwt_timeout *)(void *)(l))
@@ -66,10 +66,10 @@ typedef struct hwt_config {
 typedef struct hwt_stats {
     int64_t pending;
     uint64_t scheduled, expired, cancelled, rejected;
-    uint64_t ticks;                /* ticks whose bucket was processed */
-    uint64_t wakeups;              /* times the worker woke from sleep */
+    uint64_t ticks;   /* ticks whose bucket was processed */
+    uint64_t wakeups; /* times the worker woke from sleep */
     uint64_t max_expired_per_tick;
-    int64_t tick;                  /* the wheel's current tick */
+    int64_t tick; /* the wheel's current tick */
 } hwt_stats;
 
 /* Results of hwt_timer_schedule. */
@@ -138,10 +138,10 @@ int64_t hwt_timer_advance(hwt_timer *t, int64_t now);
 typedef void (*hwt_wake_fn)(hwt_sink *s);
 
 struct hwt_sink {
-    hwt_timer *timer;   /* borrowed: the timer it belongs to */
-    void *owner;        /* the embedder's, never touched by the core */
-    hwt_wake_fn wake;   /* NULL: signal `ready` */
-    int wake_fd;        /* for the embedder's wake function; -1 if unused */
+    hwt_timer *timer; /* borrowed: the timer it belongs to */
+    void *owner;      /* the embedder's, never touched by the core */
+    hwt_wake_fn wake; /* NULL: signal `ready` */
+    int wake_fd;      /* for the embedder's wake function; -1 if unused */
     pthread_mutex_t lock;
     pthread_cond_t ready;
     /* under lock */
@@ -161,8 +161,7 @@ struct hwt_sink {
 hwt_sink *hwt_timer_default_sink(hwt_timer *t);
 
 /* Initialises `s` for timer `t`.  Returns 0 or an errno value. */
-int hwt_sink_init(hwt_sink *s, hwt_timer *t, hwt_wake_fn wake, int wake_fd,
-                  void *owner);
+int hwt_sink_init(hwt_sink *s, hwt_timer *t, hwt_wake_fn wake, int wake_fd, void *owner);
 /* Closes `s` and returns what was delivered and not yet taken; later
    deliveries go to the default sink.  Call before hwt_sink_destroy. */
 hwt_timeout *hwt_sink_close(hwt_sink *s);

@@ -80,13 +80,13 @@ static void report_error(LoopSinkObject *self, PyObject *timeout)
     if (exc && tb)
         PyException_SetTraceback(exc, tb);
     PyObject *loop = sink_loop(self);
-    PyObject *msg = PyUnicode_FromFormat("Exception in callback %R",
-                                         ((TimeoutObject *)timeout)->task);
+    PyObject *msg =
+        PyUnicode_FromFormat("Exception in callback %R", ((TimeoutObject *)timeout)->task);
     PyObject *ctx = msg ? Py_BuildValue("{s:O,s:O,s:O}", "message", msg, "exception",
                                         exc ? exc : Py_None, "handle", timeout)
                         : NULL;
-    PyObject *r = ctx && loop ? PyObject_CallMethod(loop, "call_exception_handler", "O", ctx)
-                              : NULL;
+    PyObject *r =
+        ctx && loop ? PyObject_CallMethod(loop, "call_exception_handler", "O", ctx) : NULL;
     if (!r)
         PyErr_WriteUnraisable(timeout);
     Py_XDECREF(r);
@@ -122,8 +122,7 @@ static int run_callback(LoopSinkObject *self, LoopTimeoutObject *to, int64_t *no
         return 0;
     }
     timer->task_errors++;
-    if (PyErr_ExceptionMatches(PyExc_KeyboardInterrupt) ||
-        PyErr_ExceptionMatches(PyExc_SystemExit))
+    if (PyErr_ExceptionMatches(PyExc_KeyboardInterrupt) || PyErr_ExceptionMatches(PyExc_SystemExit))
         return -1;
     report_error(self, (PyObject *)to);
     return 0;
@@ -339,12 +338,9 @@ static PyMethodDef sink_methods[] = {
 };
 
 static PyType_Slot sink_slots[] = {
-    {Py_tp_new, hwtimer_new_refused},
-    {Py_tp_dealloc, sink_dealloc},
-    {Py_tp_traverse, sink_traverse},
-    {Py_tp_clear, sink_clear},
-    {Py_tp_methods, sink_methods},
-    {0, NULL},
+    {Py_tp_new, hwtimer_new_refused}, {Py_tp_dealloc, sink_dealloc},
+    {Py_tp_traverse, sink_traverse},  {Py_tp_clear, sink_clear},
+    {Py_tp_methods, sink_methods},    {0, NULL},
 };
 
 PyType_Spec hwtimer_loop_sink_spec = {

@@ -25,8 +25,8 @@ hwtimer_state *hwtimer_state_of_type(PyTypeObject *tp)
 
 static int type_error(const char *what, PyObject *obj)
 {
-    PyErr_Format(PyExc_TypeError, "%s must be a number of seconds or a timedelta, not %.200s",
-                 what, Py_TYPE(obj)->tp_name);
+    PyErr_Format(PyExc_TypeError, "%s must be a number of seconds or a timedelta, not %.200s", what,
+                 Py_TYPE(obj)->tp_name);
     return -1;
 }
 
@@ -236,8 +236,7 @@ static int module_exec(PyObject *module)
         "hwtimer.RejectedExecutionError",
         "Raised by new_timeout() when the timer already holds max_pending_timeouts.",
         PyExc_RuntimeError, NULL);
-    if (!st->rejected_error ||
-        add_ref(module, "RejectedExecutionError", st->rejected_error) < 0)
+    if (!st->rejected_error || add_ref(module, "RejectedExecutionError", st->rejected_error) < 0)
         return -1;
     PyObject *get_logger = import_attr("logging", "getLogger");
     st->logger = get_logger ? PyObject_CallFunction(get_logger, "s", "hwtimer") : NULL;
@@ -294,7 +293,10 @@ static int module_clear(PyObject *module)
     return 0;
 }
 
-static void module_free(void *module) { module_clear((PyObject *)module); }
+static void module_free(void *module)
+{
+    module_clear((PyObject *)module);
+}
 
 static PyModuleDef_Slot module_slots[] = {
     {Py_mod_exec, module_exec},
@@ -313,4 +315,7 @@ static struct PyModuleDef hwtimer_module = {
     .m_free = module_free,
 };
 
-PyMODINIT_FUNC PyInit__hwtimer(void) { return PyModuleDef_Init(&hwtimer_module); }
+PyMODINIT_FUNC PyInit__hwtimer(void)
+{
+    return PyModuleDef_Init(&hwtimer_module);
+}

@@ -10,8 +10,7 @@
 
 #define FIELDS_OFFSET offsetof(TimeoutObject, node)
 
-PyObject *hwtimer_timeout_new(TimerObject *timer, PyTypeObject *tp, hwt_sink *sink,
-                              PyObject *task)
+PyObject *hwtimer_timeout_new(TimerObject *timer, PyTypeObject *tp, hwt_sink *sink, PyObject *task)
 {
     TimeoutObject *to = PyObject_GC_New(TimeoutObject, tp);
     if (!to)
@@ -165,7 +164,9 @@ static PyObject *timeout_repr(TimeoutObject *self)
         when = left >= 0 ? "later" : "ago";
     }
     uint32_t state = atomic_load(&self->node.state);
-    const char *st = state == HWT_CANCELLED ? ", cancelled" : state == HWT_EXPIRED ? ", expired" : "";
+    const char *st = state == HWT_CANCELLED ? ", cancelled"
+                     : state == HWT_EXPIRED ? ", expired"
+                                            : "";
     PyObject *r = num ? PyUnicode_FromFormat("Timeout(deadline: %s s %s%s, task: %R)", num, when,
                                              st, self->task ? self->task : Py_None)
                       : PyUnicode_FromFormat("Timeout(deadline: never%s, task: %R)", st,
@@ -213,7 +214,8 @@ static PyMethodDef timeout_methods[] = {
 };
 
 static PyGetSetDef timeout_getset[] = {
-    {"timer", (getter)timeout_get_timer, NULL, "The HashedWheelTimer that made this timeout.", NULL},
+    {"timer", (getter)timeout_get_timer, NULL, "The HashedWheelTimer that made this timeout.",
+     NULL},
     {"task", (getter)timeout_get_task, NULL, "The task (or call_later callback).", NULL},
     {"deadline", (getter)timeout_get_deadline, NULL,
      "When the timeout is due, on the time.monotonic() clock (inf: never).", NULL},

@@ -176,8 +176,9 @@ int hwtimer_timer_start(TimerObject *self)
 {
     if (hwt_timer_started(self->core)) {
         if (hwt_timer_orphaned(self->core)) {
-            PyErr_SetString(PyExc_RuntimeError,
-                            "this timer was started before fork(): create a new timer in the child");
+            PyErr_SetString(
+                PyExc_RuntimeError,
+                "this timer was started before fork(): create a new timer in the child");
             return -1;
         }
         return 0;
@@ -202,11 +203,12 @@ int hwtimer_timer_start(TimerObject *self)
     }
     self->dispatcher = (PyObject *)d;
     PyObject *run = PyObject_GetAttrString((PyObject *)d, "run");
-    PyObject *kwargs = run ? Py_BuildValue("{s:O,s:O,s:O}", "target", run, "name", d->name,
-                                           "daemon", Py_True)
-                           : NULL;
+    PyObject *kwargs =
+        run ? Py_BuildValue("{s:O,s:O,s:O}", "target", run, "name", d->name, "daemon", Py_True)
+            : NULL;
     PyObject *args = PyTuple_New(0);
-    PyObject *thread = kwargs && args ? PyObject_Call(self->state->thread_type, args, kwargs) : NULL;
+    PyObject *thread =
+        kwargs && args ? PyObject_Call(self->state->thread_type, args, kwargs) : NULL;
     PyObject *r = thread ? PyObject_CallMethod(thread, "start", NULL) : NULL;
     Py_XDECREF(run);
     Py_XDECREF(kwargs);
@@ -270,7 +272,7 @@ PyObject *hwtimer_timer_stop(TimerObject *self)
 /* ---- construction ---- */
 
 /* Reads a non-bool int argument into *out, clamped to [lo, hi] with
-   *clamped set when it was out of range.  Returns 0 or -1. */
+ *clamped set when it was out of range.  Returns 0 or -1. */
 static int parse_int_arg(PyObject *obj, const char *what, long long *out, bool *clamped)
 {
     if (PyBool_Check(obj) || !PyIndex_Check(obj)) {
@@ -293,9 +295,8 @@ static int parse_int_arg(PyObject *obj, const char *what, long long *out, bool *
 static PyObject *timer_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"tick_duration", "ticks_per_wheel", "max_pending_timeouts",
-                             "thread_name", "executor", NULL};
-    PyObject *tick_o = NULL, *ticks_o = NULL, *max_o = NULL, *name_o = Py_None,
-             *executor = Py_None;
+                             "thread_name",   "executor",        NULL};
+    PyObject *tick_o = NULL, *ticks_o = NULL, *max_o = NULL, *name_o = Py_None, *executor = Py_None;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "|OO$OOO:HashedWheelTimer", kwlist, &tick_o,
                                      &ticks_o, &max_o, &name_o, &executor))
         return NULL;
@@ -568,8 +569,8 @@ static PyObject *timer_call_later(TimerObject *self, PyObject *const *args, Py_s
     Py_INCREF(sink);
     to->sink = sink;
     to->args = PyTuple_New(nargs - 2);
-    to->context = context && context != Py_None ? (Py_INCREF(context), context)
-                                                : PyContext_CopyCurrent();
+    to->context =
+        context && context != Py_None ? (Py_INCREF(context), context) : PyContext_CopyCurrent();
     if (!to->args || !to->context) {
         Py_DECREF(to);
         goto done;
@@ -621,7 +622,8 @@ static PyObject *timer_stats(TimerObject *self, PyObject *unused)
         set_item(d, "task_errors", PyLong_FromUnsignedLongLong(self->task_errors)) < 0 ||
         set_item(d, "ticks", PyLong_FromUnsignedLongLong(s.ticks)) < 0 ||
         set_item(d, "wakeups", PyLong_FromUnsignedLongLong(s.wakeups)) < 0 ||
-        set_item(d, "max_expired_per_tick", PyLong_FromUnsignedLongLong(s.max_expired_per_tick)) < 0 ||
+        set_item(d, "max_expired_per_tick", PyLong_FromUnsignedLongLong(s.max_expired_per_tick)) <
+            0 ||
         set_item(d, "late_p50", PyFloat_FromDouble((double)lat.late_p50 / 1e9)) < 0 ||
         set_item(d, "late_p99", PyFloat_FromDouble((double)lat.late_p99 / 1e9)) < 0 ||
         set_item(d, "late_max", PyFloat_FromDouble((double)lat.late_max / 1e9)) < 0 ||
@@ -652,7 +654,7 @@ static PyObject *timer_exit(TimerObject *self, PyObject *args)
 
 static PyObject *timer_repr(TimerObject *self)
 {
-    const char *state = hwt_timer_stopped(self->core) ? "stopped"
+    const char *state = hwt_timer_stopped(self->core)   ? "stopped"
                         : hwt_timer_started(self->core) ? "started"
                                                         : "not started";
     char *tick = PyOS_double_to_string(self->tick_duration, 'r', 0, 0, NULL);
