@@ -213,10 +213,13 @@ static int add_ref(PyObject *module, const char *name, PyObject *value)
 
 static int add_type(PyObject *module, PyType_Spec *spec, PyObject *base, PyTypeObject **out)
 {
-    *out = (PyTypeObject *)PyType_FromModuleAndSpec(module, spec, base);
-    if (!*out)
+    /* 3.9 takes the bases only as a tuple */
+    PyObject *bases = base ? PyTuple_Pack(1, base) : NULL;
+    if (base && !bases)
         return -1;
-    return 0;
+    *out = (PyTypeObject *)PyType_FromModuleAndSpec(module, spec, bases);
+    Py_XDECREF(bases);
+    return *out ? 0 : -1;
 }
 
 static int module_exec(PyObject *module)
