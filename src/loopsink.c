@@ -22,13 +22,36 @@ static void loop_sink_wake(hwt_sink *s)
     (void)r; /* EAGAIN only when the counter is full: it is readable then */
 }
 
-/* Returns the loop (borrowed), or NULL once it has been collected. */
+/* Returns the loop (a new reference), or NULL, with no exception, once it
+   has been collected. */
 static PyObject *sink_loop(LoopSinkObject *self)
 {
-    if (self->owns_loop || !self->loop_ref)
-        return self->loop;
-    PyObject *loop = PyWeakref_GetObject(self->loop_ref);
-    return loop == Py_None ? NULL : loop;
+    PyObject *loop = self->owns_loop || !self->loop_ref ? self->loop : NULL;
+    if (self->loop_ref && !self->owns_loop) {
+#if PY_VERSION_HEX >= 0x030D0000
+        if (PyWeakref_GetRef(self->loop_ref, &loop) < 0)
+            PyErr_Clear();
+        return loop;
+#else
+        loop = PyWeakref_GetObject(self->loop_ref);
+        loop = loop == Py_None ? NULL : loop;
+#endif
+    }
+    Py_XINCREF(loop);
+    return loop;
+}
+
+/* Returns whether the sink's loop is alive and not closed. */
+static bool loop_is_open(LoopSinkObject *self)
+{
+    PyObject *loop = sink_loop(self);
+    PyObject *closed = loop ? PyObject_CallMethod(loop, "is_closed", NULL) : NULL;
+    if (loop && !closed)
+        PyErr_Clear(); /* a loop that cannot say is of no use */
+    bool open = closed == Py_False;
+    Py_XDECREF(closed);
+    Py_XDECREF(loop);
+    return open;
 }
 
 static void close_fd(LoopSinkObject *self)
@@ -58,14 +81,10 @@ void hwtimer_loop_sinks_close(PyObject *sinks)
         if (s->closed)
             continue;
         sink_close(s);
-        PyObject *loop = sink_loop(s);
-        PyObject *closed = loop ? PyObject_CallMethod(loop, "is_closed", NULL) : NULL;
-        if (closed == Py_False)
+        if (loop_is_open(s))
             loop_sink_wake(&s->sink);
         else
             close_fd(s);
-        Py_XDECREF(closed);
-        PyErr_Clear();
     }
 }
 
@@ -90,6 +109,7 @@ static void report_error(LoopSinkObject *self, PyObject *timeout)
     if (!r)
         PyErr_WriteUnraisable(timeout);
     Py_XDECREF(r);
+    Py_XDECREF(loop);
     Py_XDECREF(ctx);
     Py_XDECREF(msg);
     Py_XDECREF(type);
@@ -144,6 +164,7 @@ static PyObject *sink_run(LoopSinkObject *self, PyObject *unused)
             Py_XDECREF(r);
             PyErr_Clear();
         }
+        Py_XDECREF(loop);
         close_fd(self);
         Py_RETURN_NONE;
     }
@@ -188,13 +209,8 @@ static int purge(TimerObject *timer)
         return -1;
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(timer->loop_sinks); i++) {
         LoopSinkObject *s = (LoopSinkObject *)PyList_GET_ITEM(timer->loop_sinks, i);
-        PyObject *loop = sink_loop(s);
-        PyObject *closed = loop ? PyObject_CallMethod(loop, "is_closed", NULL) : NULL;
-        if (loop && !closed)
-            PyErr_Clear();
-        if (!s->closed && closed == Py_False) {
+        if (!s->closed && loop_is_open(s)) {
             if (PyList_Append(keep, (PyObject *)s) < 0) {
-                Py_XDECREF(closed);
                 Py_DECREF(keep);
                 return -1;
             }
@@ -202,7 +218,6 @@ static int purge(TimerObject *timer)
             sink_close(s);
             close_fd(s); /* a closed loop's selector is gone */
         }
-        Py_XDECREF(closed);
     }
     Py_SETREF(timer->loop_sinks, keep);
     return 0;
@@ -239,7 +254,8 @@ LoopSinkObject *hwtimer_loop_sink_for(TimerObject *timer, PyObject *loop)
     PyObject *sinks = timer->loop_sinks;
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(sinks); i++) {
         LoopSinkObject *s = (LoopSinkObject *)PyList_GET_ITEM(sinks, i);
-        if (s->loop == loop && !s->closed && sink_loop(s) == loop)
+        /* a collected loop's sink was closed before its address was free */
+        if (s->loop == loop && !s->closed)
             return s;
     }
     if (purge(timer) < 0)
