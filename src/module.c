@@ -183,8 +183,10 @@ static PyObject *stop_all(PyObject *module, PyObject *unused)
 }
 
 static PyMethodDef module_methods[] = {
-    {"_run_task", run_task, METH_O, "Runs a timeout's task on this thread (for executors)."},
-    {"_stop_all", stop_all, METH_NOARGS, "Stops every running timer (the atexit hook)."},
+    {"_run_task", run_task, METH_O,
+     "_run_task($module, timeout, /)\n--\n\nRuns a timeout's task on this thread (for executors)."},
+    {"_stop_all", stop_all, METH_NOARGS,
+     "_stop_all($module, /)\n--\n\nStops every running timer (the atexit hook)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -204,12 +204,13 @@ static void timeout_dealloc(TimeoutObject *self)
 
 static PyMethodDef timeout_methods[] = {
     {"cancel", (PyCFunction)timeout_cancel, METH_NOARGS,
-     "cancel() -> bool\n\nCancels the timeout.  True if this call cancelled it, False if it had "
+     "cancel($self, /)\n--\n\nCancels the timeout.  True if this call cancelled it, False if it "
+     "had "
      "already expired or been cancelled."},
     {"is_cancelled", (PyCFunction)timeout_is_cancelled, METH_NOARGS,
-     "is_cancelled() -> bool\n\nTrue once the timeout has been cancelled."},
+     "is_cancelled($self, /)\n--\n\nTrue once the timeout has been cancelled."},
     {"is_expired", (PyCFunction)timeout_is_expired, METH_NOARGS,
-     "is_expired() -> bool\n\nTrue once the timeout has expired (its task runs or has run)."},
+     "is_expired($self, /)\n--\n\nTrue once the timeout has expired (its task runs or has run)."},
     {NULL, NULL, 0, NULL},
 };
 

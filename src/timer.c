@@ -748,20 +748,23 @@ static void timer_dealloc(TimerObject *self)
 
 static PyMethodDef timer_methods[] = {
     {"start", (PyCFunction)timer_start, METH_NOARGS,
-     "start()\n\nStarts the worker thread; a no-op once started.  new_timeout() calls it."},
+     "start($self, /)\n--\n\nStarts the worker thread; a no-op once started.  new_timeout() calls "
+     "it."},
     {"stop", (PyCFunction)timer_stop, METH_NOARGS,
-     "stop() -> list[Timeout]\n\nStops the timer and returns the timeouts that had neither expired "
+     "stop($self, /)\n--\n\nStops the timer and returns the timeouts that had neither expired "
      "nor been cancelled, each now cancelled."},
     {"new_timeout", (PyCFunction)(void (*)(void))timer_new_timeout, METH_FASTCALL | METH_KEYWORDS,
-     "new_timeout(task, delay) -> Timeout\n\nCalls task(timeout) once, after delay seconds."},
+     "new_timeout($self, /, task, delay)\n--\n\nCalls task(timeout) once, after delay seconds."},
     {"call_later", (PyCFunction)(void (*)(void))timer_call_later, METH_FASTCALL | METH_KEYWORDS,
-     "call_later(delay, callback, *args, loop=None, context=None) -> Timeout\n\nRuns "
+     "call_later($self, delay, callback, /, *args, loop=None, context=None)\n--\n\nRuns "
      "callback(*args) in the thread of an asyncio event loop after delay seconds."},
     {"pending_timeouts", (PyCFunction)timer_pending_timeouts, METH_NOARGS,
-     "pending_timeouts() -> int\n\nTimeouts neither expired nor cancelled."},
-    {"stats", (PyCFunction)timer_stats, METH_NOARGS, "stats() -> dict\n\nCounters and lateness."},
-    {"__enter__", (PyCFunction)timer_enter, METH_NOARGS, NULL},
-    {"__exit__", (PyCFunction)timer_exit, METH_VARARGS, NULL},
+     "pending_timeouts($self, /)\n--\n\nTimeouts neither expired nor cancelled."},
+    {"stats", (PyCFunction)timer_stats, METH_NOARGS,
+     "stats($self, /)\n--\n\nCounters and lateness."},
+    {"__enter__", (PyCFunction)timer_enter, METH_NOARGS, "__enter__($self, /)\n--\n\n"},
+    {"__exit__", (PyCFunction)timer_exit, METH_VARARGS,
+     "__exit__($self, exc_type, exc, tb, /)\n--\n\nStops the timer."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -780,7 +783,7 @@ static PyMemberDef timer_members[] = {
 
 static PyType_Slot timer_slots[] = {
     {Py_tp_doc, "HashedWheelTimer(tick_duration=0.1, ticks_per_wheel=512, *, "
-                "max_pending_timeouts=0, thread_name=None, executor=None)\n\n"
+                "max_pending_timeouts=0, thread_name=None, executor=None)\n--\n\n"
                 "Netty's hashed wheel timer: O(1) schedule and cancel from any thread."},
     {Py_tp_new, timer_new},
     {Py_tp_dealloc, timer_dealloc},

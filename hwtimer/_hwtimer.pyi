@@ -1,0 +1,76 @@
+"""Types of the C extension hwtimer._hwtimer."""
+
+import contextvars
+from asyncio import AbstractEventLoop
+from collections.abc import Callable
+from datetime import timedelta
+from types import TracebackType
+from typing import Any, Protocol, SupportsFloat, SupportsIndex, final
+
+from typing_extensions import disjoint_base
+
+from ._stats import Stats
+
+_Seconds = float | SupportsFloat | SupportsIndex | timedelta
+
+class _Executor(Protocol):
+    def submit(self, fn: Callable[..., Any], /, *args: Any) -> Any: ...
+
+class RejectedExecutionError(RuntimeError): ...
+
+@disjoint_base
+class Timeout:
+    @property
+    def timer(self) -> HashedWheelTimer: ...
+    @property
+    def task(self) -> Callable[..., object]: ...
+    @property
+    def deadline(self) -> float: ...
+    def cancel(self) -> bool: ...
+    def is_cancelled(self) -> bool: ...
+    def is_expired(self) -> bool: ...
+
+@final
+class HashedWheelTimer:
+    def __new__(
+        cls,
+        tick_duration: _Seconds = 0.1,
+        ticks_per_wheel: SupportsIndex = 512,
+        *,
+        max_pending_timeouts: SupportsIndex = 0,
+        thread_name: str | None = None,
+        executor: _Executor | None = None,
+    ) -> HashedWheelTimer: ...
+    @property
+    def tick_duration(self) -> float: ...
+    @property
+    def ticks_per_wheel(self) -> int: ...
+    @property
+    def max_pending_timeouts(self) -> int: ...
+    @property
+    def thread_name(self) -> str: ...
+    def start(self) -> None: ...
+    def stop(self) -> list[Timeout]: ...
+    def new_timeout(self, /, task: Callable[[Timeout], object], delay: _Seconds) -> Timeout: ...
+    def call_later(
+        self,
+        delay: _Seconds,
+        callback: Callable[..., object],
+        /,
+        *args: Any,
+        loop: AbstractEventLoop | None = None,
+        context: contextvars.Context | None = None,
+    ) -> Timeout: ...
+    def pending_timeouts(self) -> int: ...
+    def stats(self) -> Stats: ...
+    def __enter__(self) -> HashedWheelTimer: ...
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+        /,
+    ) -> bool: ...
+
+def _run_task(timeout: Timeout, /) -> None: ...
+def _stop_all() -> None: ...
