@@ -299,20 +299,24 @@ static void deliver(hwt_timer *t, hwt_timeout *to, hwt_sink *s)
 }
 
 /* Appends `s`'s batch to what it holds and wakes its consumer if it was
-   empty.  Returns false, delivering nothing, if the sink is closed. */
-static bool publish_batch(hwt_sink *s)
+   empty.  Returns NULL, or the batch undelivered if the sink is closed.
+   The worker does not touch `s` after this: its owner may free it as soon
+   as it has taken what was delivered. */
+static hwt_timeout *publish_batch(hwt_sink *s)
 {
+    hwt_timeout *batch = s->batch_head, *last = s->batch_tail;
+    s->batch_head = s->batch_tail = NULL;
     pthread_mutex_lock(&s->lock);
     if (s->closed) {
         pthread_mutex_unlock(&s->lock);
-        return false;
+        return batch;
     }
     bool was_empty = s->head == NULL;
     if (s->tail)
-        s->tail->link.next = &s->batch_head->link;
+        s->tail->link.next = &batch->link;
     else
-        s->head = s->batch_head;
-    s->tail = s->batch_tail;
+        s->head = batch;
+    s->tail = last;
     if (was_empty) {
         if (s->wake)
             s->wake(s);
@@ -320,8 +324,7 @@ static bool publish_batch(hwt_sink *s)
             pthread_cond_signal(&s->ready);
     }
     pthread_mutex_unlock(&s->lock);
-    s->batch_head = s->batch_tail = NULL;
-    return true;
+    return NULL;
 }
 
 static void publish_batches(hwt_timer *t)
@@ -331,15 +334,10 @@ static void publish_batches(hwt_timer *t)
     while (s) {
         hwt_sink *next = s->batch_next;
         s->in_batch = false;
-        if (!publish_batch(s)) {
-            /* its consumer is gone: the default sink releases them */
-            hwt_timeout *to = s->batch_head;
-            s->batch_head = s->batch_tail = NULL;
-            while (to) {
-                hwt_timeout *n = hwt_timeout_of(to->link.next);
-                deliver(t, to, &t->dflt);
-                to = n;
-            }
+        /* a closed sink's consumer is gone: the default sink releases them */
+        for (hwt_timeout *to = publish_batch(s), *n; to; to = n) {
+            n = hwt_timeout_of(to->link.next);
+            deliver(t, to, &t->dflt);
         }
         s = next;
     }
@@ -478,6 +476,16 @@ static int64_t last_ended_tick(const hwt_timer *t, int64_t now)
     return rel < t->cfg.tick_ns ? -1 : rel / t->cfg.tick_ns - 1;
 }
 
+/* The clock time at which tick `tick` ends, or HWT_NEVER past int64. */
+static int64_t tick_end(const hwt_timer *t, int64_t tick)
+{
+    int64_t rel, end;
+    if (tick == HWT_NEVER || __builtin_mul_overflow(tick + 1, t->cfg.tick_ns, &rel) ||
+        __builtin_add_overflow(t->start_time, rel, &end))
+        return HWT_NEVER;
+    return end;
+}
+
 /* The tick the worker must next wake for, or HWT_NEVER. */
 static int64_t next_target(const hwt_timer *t)
 {
@@ -529,11 +537,8 @@ static bool cancels_queued(hwt_timer *t)
    producer has work for it first. */
 static void sleep_until_tick(hwt_timer *t, int64_t target)
 {
-    int64_t limit = HWT_NEVER, wake_at = HWT_NEVER;
-    if (target != HWT_NEVER && target < (HWT_NEVER - t->start_time) / t->cfg.tick_ns - 1) {
-        limit = target * t->cfg.tick_ns;
-        wake_at = t->start_time + (target + 1) * t->cfg.tick_ns;
-    }
+    int64_t wake_at = tick_end(t, target);
+    int64_t limit = wake_at == HWT_NEVER ? HWT_NEVER : target * t->cfg.tick_ns;
     /* Cancels wait for the worker: let a batch of them wake it, so that
        what they hold is released in small warm batches, and on a long
        sleep the first. */
@@ -761,7 +766,7 @@ int hwt_timer_schedule(hwt_timer *t, hwt_timeout *to, int64_t delay_ns)
             atomic_fetch_sub_explicit(&t->scheduled, 1, memory_order_relaxed);
             return HWT_ESTOPPED;
         }
-        to->link.next = &head->link;
+        to->link.next = head ? &head->link : NULL;
     } while (!atomic_compare_exchange_weak(&t->new_head, &head, to));
     if (deadline < atomic_load(&t->wake_limit) ||
         scheduled == atomic_load_explicit(&t->transfer_wake_at, memory_order_relaxed))
@@ -775,6 +780,17 @@ int hwt_timeout_cancel(hwt_timeout *to)
     if (atomic_load_explicit(&to->state, memory_order_relaxed) != HWT_INIT)
         return 0;
     pthread_mutex_lock(&t->cancel_lock);
+    if (!t->cancel_closed && t->ncancels == t->cancels_cap) {
+        /* room first: once cancelled, it must be queued */
+        size_t cap = t->cancels_cap ? t->cancels_cap * 2 : 64;
+        hwt_timeout **v = realloc(t->cancels, cap * sizeof(*v));
+        if (!v) {
+            pthread_mutex_unlock(&t->cancel_lock);
+            return -1;
+        }
+        t->cancels = v;
+        t->cancels_cap = cap;
+    }
     uint32_t expect = HWT_INIT;
     if (!atomic_compare_exchange_strong(&to->state, &expect, HWT_CANCELLED)) {
         pthread_mutex_unlock(&t->cancel_lock);
@@ -784,17 +800,6 @@ int hwt_timeout_cancel(hwt_timeout *to)
         /* stopped: stop()'s sweep finds it cancelled and releases it */
         pthread_mutex_unlock(&t->cancel_lock);
         return 1;
-    }
-    if (t->ncancels == t->cancels_cap) {
-        size_t cap = t->cancels_cap ? t->cancels_cap * 2 : 64;
-        hwt_timeout **v = realloc(t->cancels, cap * sizeof(*v));
-        if (!v) {
-            atomic_store(&to->state, HWT_INIT); /* nobody acted on it yet */
-            pthread_mutex_unlock(&t->cancel_lock);
-            return -1;
-        }
-        t->cancels = v;
-        t->cancels_cap = cap;
     }
     size_t queued = ++t->ncancels;
     t->cancels[queued - 1] = to;
@@ -846,10 +851,29 @@ static void sweep(hwt_timer *t, hwt_timeout *to, hwt_timeout **out_tail)
     *out_tail = to;
 }
 
+/* Tells every sink's consumer that nothing more will arrive. */
+static void finish_sinks(hwt_timer *t)
+{
+    pthread_mutex_lock(&t->sinks_lock);
+    for (hwt_sink *s = t->sinks; s; s = s->next_sink) {
+        pthread_mutex_lock(&s->lock);
+        s->finished = true;
+        if (!s->closed) { /* a closed sink's wake-up may be gone */
+            if (s->wake)
+                s->wake(s);
+            else
+                pthread_cond_broadcast(&s->ready);
+        }
+        pthread_mutex_unlock(&s->lock);
+    }
+    pthread_mutex_unlock(&t->sinks_lock);
+}
+
 hwt_timeout *hwt_timer_stop(hwt_timer *t)
 {
     if (t->state != T_STARTED) {
         t->state = T_STOPPED;
+        finish_sinks(t); /* their consumers, if any, are done waiting */
         return NULL;
     }
     t->state = T_STOPPED;
@@ -882,17 +906,7 @@ hwt_timeout *hwt_timer_stop(hwt_timer *t)
         }
     }
     publish_batches(t);
-    pthread_mutex_lock(&t->sinks_lock);
-    for (hwt_sink *s = t->sinks; s; s = s->next_sink) {
-        pthread_mutex_lock(&s->lock);
-        s->finished = true;
-        if (s->wake)
-            s->wake(s);
-        else
-            pthread_cond_broadcast(&s->ready);
-        pthread_mutex_unlock(&s->lock);
-    }
-    pthread_mutex_unlock(&t->sinks_lock);
+    finish_sinks(t);
     pthread_mutex_unlock(&t->lock);
     return hwt_timeout_of(out_head.link.next);
 }
@@ -904,9 +918,7 @@ int64_t hwt_timer_advance(hwt_timer *t, int64_t now)
     pthread_mutex_lock(&t->lock);
     int64_t target = run_due(t, now);
     pthread_mutex_unlock(&t->lock);
-    if (target == HWT_NEVER || target >= (HWT_NEVER - t->start_time) / t->cfg.tick_ns - 1)
-        return HWT_NEVER;
-    return t->start_time + (target + 1) * t->cfg.tick_ns;
+    return tick_end(t, target);
 }
 
 /* ---- sinks ---- */

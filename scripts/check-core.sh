@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# check-core.sh: the hwtimer C core (src/hwt.c) on its own, under sanitizers.
+#
+#   1. tests/c/model_test.c, the core against its reference model on a fake
+#      clock, built with ASan+UBSan (-fno-sanitize-recover=all);
+#   2. tests/c/stress_core.c, the real worker thread with concurrent
+#      producers, consumers and stop() races, under TSan, then ASan+UBSan;
+#   3. tests/c/fuzz_core.c under libFuzzer (+ASan+UBSan) for FUZZ_SECONDS,
+#      when clang with libFuzzer is there; otherwise a note says it was
+#      skipped.
+#
+# Needs: bash, coreutils, gcc with its sanitizer runtimes (Debian's gcc
+# brings libasan, libubsan and libtsan).  For step 3: clang, whose Debian
+# package pulls libclang-rt-NN-dev, which holds libFuzzer.  The script
+# installs nothing, except that HWTIMER_INSTALL_CLANG=1 lets it run
+# `apt-get install -y clang` when clang is missing.
+#
+# Environment:
+#   CC               compiler for steps 1-2 (default gcc)
+#   SEED             seed for the model and stress tests (default: random)
+#   MODEL_ITERATIONS model test runs (default: the test's own, 2000)
+#   STRESS_ROUNDS    stress rounds per sanitizer (default 6)
+#   FUZZ_SECONDS     fuzzing time (default 30; 0 skips the fuzzer)
+#   FUZZ_CORPUS      a corpus directory to keep between runs (default: temp)
+#
+# Exits non-zero on the first failure; a fuzzer crash input is kept and its
+# path printed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+work=$(mktemp -d /tmp/hwtimer-core.XXXXXX)
+keep_work=0
+trap '[ "$keep_work" = 1 ] || rm -rf "$work"' EXIT
+
+CC=${CC:-gcc}
+SEED=${SEED:-$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}
+STRESS_ROUNDS=${STRESS_ROUNDS:-6}
+FUZZ_SECONDS=${FUZZ_SECONDS:-30}
+CFLAGS=(-Wall -Wextra -Werror -O1 -g -pthread -fno-omit-frame-pointer -I"$root/src" -I"$root/tests/c")
+ASAN=(-fsanitize=address,undefined -fno-sanitize-recover=all)
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:strict_string_checks=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}
+
+step() { printf '\n==== check-core: %s\n' "$*"; }
+
+build() { # build OUTPUT SOURCE FLAGS...
+    local out=$1 src=$2
+    shift 2
+    "$CC" "${CFLAGS[@]}" "$@" "$root/tests/c/$src" "$root/src/hwt.c" -o "$work/$out"
+}
+
+step "model test under ASan+UBSan (seed $SEED)"
+build model_asan model_test.c "${ASAN[@]}"
+timeout 900 "$work/model_asan" "$SEED" ${MODEL_ITERATIONS:+"$MODEL_ITERATIONS"}
+
+step "stress test under TSan (seed $SEED)"
+build stress_tsan stress_core.c -fsanitize=thread
+timeout 900 "$work/stress_tsan" "$SEED" "$STRESS_ROUNDS"
+
+step "stress test under ASan+UBSan (seed $SEED)"
+build stress_asan stress_core.c "${ASAN[@]}"
+timeout 900 "$work/stress_asan" "$SEED" "$STRESS_ROUNDS"
+
+if [ "$FUZZ_SECONDS" = 0 ]; then
+    step "fuzzer skipped (FUZZ_SECONDS=0)"
+    exit 0
+fi
+if ! command -v clang >/dev/null 2>&1 && [ "${HWTIMER_INSTALL_CLANG:-0}" = 1 ]; then
+    step "installing clang (HWTIMER_INSTALL_CLANG=1)"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq clang >/dev/null
+fi
+if ! command -v clang >/dev/null 2>&1; then
+    step "fuzzer skipped: no clang (Debian: apt-get install clang, or HWTIMER_INSTALL_CLANG=1)"
+    exit 0
+fi
+printf 'int LLVMFuzzerTestOneInput(const char *d, unsigned long n) { (void)d; (void)n; return 0; }\n' \
+    >"$work/probe.c"
+if ! clang -fsanitize=fuzzer "$work/probe.c" -o "$work/probe" 2>/dev/null; then
+    step "fuzzer skipped: clang has no libFuzzer (Debian: libclang-rt-NN-dev)"
+    exit 0
+fi
+
+step "fuzzing the core for ${FUZZ_SECONDS}s (libFuzzer, ASan+UBSan)"
+clang "${CFLAGS[@]}" -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
+    "$root/tests/c/fuzz_core.c" "$root/src/hwt.c" -o "$work/fuzz_core"
+corpus=${FUZZ_CORPUS:-$work/corpus}
+mkdir -p "$corpus" "$work/artifacts"
+if ! timeout $((FUZZ_SECONDS + 300)) "$work/fuzz_core" -max_total_time="$FUZZ_SECONDS" \
+    -max_len=4096 -timeout=30 -rss_limit_mb=2048 -print_final_stats=1 \
+    -artifact_prefix="$work/artifacts/" "$corpus" >"$work/fuzz.log" 2>&1; then
+    keep_work=1
+    tail -n 60 "$work/fuzz.log"
+    echo "check-core: the fuzzer failed; inputs kept in $work/artifacts/:" >&2
+    ls -l "$work/artifacts" >&2
+    echo "replay one with: $work/fuzz_core $work/artifacts/<file>" >&2
+    exit 1
+fi
+grep -E '^(Done|stat::number_of_executed_units|#[0-9]+ +DONE)' "$work/fuzz.log" || true
+step "the core passed"

@@ -1,0 +1,762 @@
+/*
+ * model.h: a reference model of the hwtimer C core and the checks that hold
+ * src/hwt.c to it, shared by model_test.c (seeded random sequences) and
+ * fuzz_core.c (libFuzzer input).
+ *
+ * The timer runs in manual mode on a fake clock.  An operation source (a
+ * seeded generator, or the fuzzer's bytes) picks a configuration and then a
+ * sequence of schedules, cancels and clock advances; after every step the
+ * core's deliveries, states and counters must equal the model's.  The model
+ * is a plain array of items: an item is due at tick max(deadline / tick,
+ * the wheel's tick when it was transferred), is delivered by the first
+ * advance whose clock has passed the end of that tick, and within one
+ * advance and one sink expiries come by tick, then in scheduling order.
+ *
+ * Include it from one file only; define MODEL_ON_FAILURE() first to choose
+ * what a mismatch does after it has been printed (default: exit(1)).
+ */
+#ifndef HWT_MODEL_H
+#define HWT_MODEL_H
+
+#include "hwt.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifndef MODEL_ON_FAILURE
+#define MODEL_ON_FAILURE() exit(1)
+#endif
+
+#define M_MAGIC       0x6877744du /* marks an item that is ours */
+#define M_TRACE       32          /* operations shown on a mismatch */
+#define M_CLOCK_LIMIT (INT64_C(1) << 62)
+
+/* ---- where the operations come from ---- */
+
+/* Either a splitmix64 generator or the fuzzer's bytes, read as needed. */
+typedef struct m_source {
+    const uint8_t *data; /* borrowed; NULL: use the generator */
+    size_t len, pos;
+    uint64_t rng;
+    bool exhausted; /* the bytes ran out: the run ends after this step */
+} m_source;
+
+static inline void m_source_seed(m_source *src, uint64_t seed)
+{
+    memset(src, 0, sizeof(*src));
+    src->rng = seed;
+}
+
+static inline void m_source_bytes(m_source *src, const uint8_t *data, size_t len)
+{
+    memset(src, 0, sizeof(*src));
+    src->data = data;
+    src->len = len;
+}
+
+static inline uint64_t m_splitmix(uint64_t *x)
+{
+    uint64_t z = (*x += UINT64_C(0x9e3779b97f4a7c15));
+    z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+    z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
+    return z ^ (z >> 31);
+}
+
+/* Returns a value in [0, n); n > 0.  From bytes it reads as few as cover
+   n, little-endian, and returns 0 once they have run out. */
+static uint64_t m_below(m_source *src, uint64_t n)
+{
+    if (n <= 1)
+        return 0;
+    if (!src->data)
+        return m_splitmix(&src->rng) % n;
+    uint64_t v = 0;
+    unsigned shift = 0;
+    for (uint64_t span = n - 1; span; span >>= 8, shift += 8) {
+        if (src->pos >= src->len) {
+            src->exhausted = true;
+            return 0;
+        }
+        v |= (uint64_t)src->data[src->pos++] << shift;
+    }
+    return v % n;
+}
+
+/* ---- the model ---- */
+
+/* Where an item is, as the model sees it. */
+enum {
+    M_FREE = 0,     /* ours: never scheduled, delivered, or rejected */
+    M_LIVE = 1,     /* owned by the timer, neither expired nor cancelled */
+    M_CANCELLED = 2 /* cancel() returned 1; delivered back at the next advance */
+};
+
+typedef struct m_item {
+    uint32_t magic; /* before the timeout, so that finding the item matters */
+    uint32_t id;
+    hwt_timeout to;
+    int where;
+    bool cancellable;    /* a cancel() is legal: it was scheduled with HWT_OK */
+    bool transferred;    /* the model has fixed its due tick */
+    int target;          /* 0: the default sink, 1: the second sink */
+    int64_t deadline;    /* relative ns, as the core must have computed it */
+    int64_t due;         /* the tick it expires at, once transferred */
+    uint64_t seq;        /* scheduling order */
+    uint64_t seen_stamp; /* the delivery check that last saw it */
+} m_item;
+
+#define m_item_of(tp) ((m_item *)(void *)((char *)(tp)-offsetof(m_item, to)))
+
+typedef struct m_run {
+    m_source *src;
+    const char *what; /* how to reproduce, printed on a mismatch */
+    hwt_config cfg;
+    uint32_t wheel; /* ticks_per_wheel after rounding */
+    hwt_timer *t;   /* owned */
+    hwt_sink sink2;
+    bool sink2_ready, sink2_closed;
+    int64_t clock; /* the fake clock's reading */
+    int64_t start;
+    int64_t last_ret; /* what the last advance returned */
+    int64_t tick;     /* the wheel's tick as the model has it */
+    int64_t max_jump; /* ns: keeps the ticks one advance walks bounded */
+    m_item **items;   /* owned */
+    size_t nitems;
+    uint64_t seq, stamp;
+    uint64_t scheduled, expired, cancelled, rejected;
+    int64_t pending;  /* M_LIVE and M_CANCELLED items */
+    m_item **scratch; /* owned: nitems + 1 entries */
+    size_t step;
+    char trace[M_TRACE][120];
+    size_t ntrace;
+} m_run;
+
+static void m_trace(m_run *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void m_trace(m_run *r, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->trace[r->ntrace++ % M_TRACE], sizeof(r->trace[0]), fmt, ap);
+    va_end(ap);
+}
+
+static void m_fail(m_run *r, int line, const char *fmt, ...)
+    __attribute__((noreturn, format(printf, 3, 4)));
+static void m_fail(m_run *r, int line, const char *fmt, ...)
+{
+    va_list ap;
+    fflush(stdout);
+    fprintf(stderr, "\nMODEL MISMATCH (model.h:%d) at step %zu: ", line, r->step);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr,
+            "\n  run: %s\n  config: tick_ns=%" PRId64 " ticks_per_wheel=%" PRIu32
+            " max_pending=%" PRId64 " wake_every_tick=%d items=%zu\n"
+            "  clock=%" PRId64 " start=%" PRId64 " (rel %" PRId64 ") model tick=%" PRId64 "\n",
+            r->what ? r->what : "?", r->cfg.tick_ns, r->wheel, r->cfg.max_pending,
+            (int)r->cfg.wake_every_tick, r->nitems, r->clock, r->start, r->clock - r->start,
+            r->tick);
+    size_t first = r->ntrace > M_TRACE ? r->ntrace - M_TRACE : 0;
+    fprintf(stderr, "  last operations, oldest first:\n");
+    for (size_t i = first; i < r->ntrace; i++)
+        fprintf(stderr, "    %s\n", r->trace[i % M_TRACE]);
+    fflush(stderr);
+    MODEL_ON_FAILURE();
+    abort();
+}
+
+#define M_CHECK(r, cond, ...)                                                                      \
+    do {                                                                                           \
+        if (!(cond))                                                                               \
+            m_fail((r), __LINE__, __VA_ARGS__);                                                    \
+    } while (0)
+
+static int64_t m_clock_fn(void *ctx)
+{
+    return ((m_run *)ctx)->clock;
+}
+
+static inline int64_t m_rel(const m_run *r)
+{
+    return r->clock - r->start;
+}
+
+/* The tick the core reaches after advancing to relative time `rel`. */
+static inline int64_t m_tick_after(const m_run *r, int64_t rel)
+{
+    int64_t reached = rel < r->cfg.tick_ns ? 0 : rel / r->cfg.tick_ns;
+    return reached > r->tick ? reached : r->tick;
+}
+
+/* Checks the core's counters against the model's. */
+static void m_check_counts(m_run *r)
+{
+    hwt_stats st;
+    hwt_timer_stats(r->t, &st);
+    int64_t pending = hwt_timer_pending(r->t);
+    M_CHECK(r, pending == r->pending, "hwt_timer_pending %" PRId64 ", model %" PRId64, pending,
+            r->pending);
+    M_CHECK(r, st.pending == r->pending, "stats.pending %" PRId64 ", model %" PRId64, st.pending,
+            r->pending);
+    M_CHECK(r, st.scheduled == r->scheduled, "stats.scheduled %" PRIu64 ", model %" PRIu64,
+            st.scheduled, r->scheduled);
+    M_CHECK(r, st.expired == r->expired, "stats.expired %" PRIu64 ", model %" PRIu64, st.expired,
+            r->expired);
+    M_CHECK(r, st.cancelled == r->cancelled, "stats.cancelled %" PRIu64 ", model %" PRIu64,
+            st.cancelled, r->cancelled);
+    M_CHECK(r, st.rejected == r->rejected, "stats.rejected %" PRIu64 ", model %" PRIu64,
+            st.rejected, r->rejected);
+}
+
+/* Returns the item a delivered timeout belongs to, failing on a stranger. */
+static m_item *m_owner(m_run *r, hwt_timeout *to, const char *where)
+{
+    M_CHECK(r, to != NULL, "%s: NULL timeout in a list", where);
+    m_item *it = m_item_of(to);
+    bool ours = false;
+    for (size_t i = 0; i < r->nitems && !ours; i++)
+        ours = r->items[i] == it;
+    M_CHECK(r, ours && it->magic == M_MAGIC, "%s: %p is not one of the test's timeouts", where,
+            (void *)to);
+    return it;
+}
+
+/* Walks a delivered or returned list into r->scratch.  Returns its length;
+   a list longer than the item count (a cycle, a duplicate) fails. */
+static size_t m_walk(m_run *r, hwt_timeout *list, const char *where)
+{
+    size_t n = 0;
+    for (hwt_timeout *to = list; to; to = hwt_timeout_of(to->link.next)) {
+        M_CHECK(r, n < r->nitems, "%s: list longer than the %zu items (cycle or duplicate)", where,
+                r->nitems);
+        r->scratch[n++] = m_owner(r, to, where);
+    }
+    return n;
+}
+
+/* Takes a sink's list, sometimes via hwt_sink_put_back in two pieces and a
+   second take, which must give back the very same list. */
+static size_t m_take(m_run *r, hwt_sink *s, const char *where)
+{
+    hwt_timeout *list = hwt_sink_take(s);
+    size_t n = m_walk(r, list, where);
+    if (n >= 2 && m_below(r->src, 4) == 0) {
+        size_t cut = 1 + (size_t)m_below(r->src, n - 1);
+        hwt_timeout *tail = &r->scratch[cut]->to;
+        r->scratch[cut - 1]->to.link.next = NULL;
+        hwt_sink_put_back(s, tail);
+        hwt_sink_put_back(s, list);
+        hwt_timeout *again = hwt_sink_take(s);
+        size_t i = 0;
+        for (hwt_timeout *to = again; to; to = hwt_timeout_of(to->link.next), i++)
+            M_CHECK(r, i < n && to == &r->scratch[i]->to,
+                    "%s: hwt_sink_put_back then take changed the list at position %zu", where, i);
+        M_CHECK(r, i == n, "%s: put back %zu timeouts, took %zu", where, n, i);
+    }
+    return n;
+}
+
+/* Checks one sink's list after an advance to relative time `rel`: every
+   entry is an expected delivery seen once; expiries come by due tick, and
+   in scheduling order within one tick and one target. */
+static void m_check_list(m_run *r, size_t n, bool is_default, int64_t rel, const char *where)
+{
+    int64_t last_due = INT64_MIN;
+    int64_t last_due_of[2] = {INT64_MIN, INT64_MIN};
+    uint64_t last_seq_of[2] = {0, 0};
+    for (size_t i = 0; i < n; i++) {
+        m_item *it = r->scratch[i];
+        uint32_t state = atomic_load(&it->to.state);
+        M_CHECK(r, it->seen_stamp != r->stamp, "%s: item %u delivered twice", where, it->id);
+        it->seen_stamp = r->stamp;
+        if (it->where == M_CANCELLED) {
+            M_CHECK(r, is_default, "%s: cancelled item %u delivered to a sink not the default",
+                    where, it->id);
+            M_CHECK(r, state == HWT_CANCELLED, "%s: cancelled item %u delivered with state %u",
+                    where, it->id, state);
+            continue;
+        }
+        M_CHECK(r, it->where == M_LIVE, "%s: item %u delivered but the model holds it free", where,
+                it->id);
+        M_CHECK(r, it->transferred && it->due < rel / r->cfg.tick_ns,
+                "%s: item %u (deadline %" PRId64 ", due tick %" PRId64
+                ") expired early: clock rel %" PRId64,
+                where, it->id, it->deadline, it->due, rel);
+        M_CHECK(r, it->deadline < rel, "%s: item %u deadline %" PRId64 " not before now %" PRId64,
+                where, it->id, it->deadline, rel);
+        M_CHECK(r, state == HWT_EXPIRED, "%s: expired item %u has state %u", where, it->id, state);
+        bool routed_default = it->target == 0 || r->sink2_closed;
+        M_CHECK(r, routed_default == is_default,
+                "%s: item %u (target %d) delivered to the wrong sink", where, it->id, it->target);
+        M_CHECK(r, it->due >= last_due,
+                "%s: item %u due at tick %" PRId64 " delivered after one due at %" PRId64, where,
+                it->id, it->due, last_due);
+        last_due = it->due;
+        int k = it->target;
+        M_CHECK(r, it->due > last_due_of[k] || it->seq > last_seq_of[k],
+                "%s: item %u (seq %" PRIu64 ") delivered after seq %" PRIu64
+                " of the same tick %" PRId64,
+                where, it->id, it->seq, last_seq_of[k], it->due);
+        last_due_of[k] = it->due;
+        last_seq_of[k] = it->seq;
+    }
+}
+
+/* ---- operations ---- */
+
+static m_item *m_pick(m_run *r, int where)
+{
+    size_t n = r->nitems, first = (size_t)m_below(r->src, n);
+    for (size_t i = 0; i < n; i++) {
+        m_item *it = r->items[(first + i) % n];
+        if (it->where == where)
+            return it;
+    }
+    return NULL;
+}
+
+static int64_t m_pick_delay(m_run *r)
+{
+    m_source *src = r->src;
+    int64_t tick = r->cfg.tick_ns, rev = tick * (int64_t)r->wheel, rel = m_rel(r);
+    switch (m_below(src, 12)) {
+    case 0:
+        return -(int64_t)m_below(src, 3 * (uint64_t)tick + 1);
+    case 1:
+        return m_below(src, 2) ? 0 : INT64_MIN;
+    case 2:
+        return 1 + (int64_t)m_below(src, (uint64_t)tick); /* within a tick */
+    case 3:                                               /* on and beside tick boundaries */
+        return (int64_t)m_below(src, 4 * (uint64_t)r->wheel + 2) * tick - 1 +
+               (int64_t)m_below(src, 3);
+    case 4:
+    case 5:
+        return 1 + (int64_t)m_below(src, (uint64_t)rev);
+    case 6: /* several turns of the wheel */
+        return 1 + (int64_t)m_below(src, 8 * (uint64_t)rev);
+    case 7: { /* never, or as good as */
+        static const int64_t far[] = {HWT_NEVER, HWT_NEVER - 1, INT64_MAX / 2, INT64_C(1) << 62};
+        uint64_t k = m_below(src, 6);
+        if (k < 4)
+            return far[k];
+        return HWT_NEVER - rel - (int64_t)(k - 4); /* where the deadline saturates */
+    }
+    case 8: /* at the time the last advance said work would be due */
+        if (r->last_ret != HWT_NEVER && r->last_ret - r->clock > -tick)
+            return r->last_ret - r->clock - 1 + (int64_t)m_below(src, 3);
+        return tick;
+    default:
+        return 1 + (int64_t)m_below(src, 4 * (uint64_t)tick);
+    }
+}
+
+static void m_op_schedule(m_run *r)
+{
+    m_item *it = m_pick(r, M_FREE);
+    if (!it) {
+        m_trace(r, "schedule: no free item");
+        return;
+    }
+    int64_t delay = m_pick_delay(r);
+    int target = r->sink2_ready && m_below(r->src, 3) == 0;
+    it->target = target;
+    it->to.sink = target ? &r->sink2 : hwt_timer_default_sink(r->t);
+    int64_t rel = m_rel(r);
+    int64_t deadline = delay <= 0 ? rel : delay >= HWT_NEVER - rel ? HWT_NEVER : rel + delay;
+    bool reject = r->cfg.max_pending > 0 && r->pending + 1 > r->cfg.max_pending;
+    int rc = hwt_timer_schedule(r->t, &it->to, delay);
+    m_trace(r, "schedule item %u delay %" PRId64 " target %d -> %d (deadline %" PRId64 ")", it->id,
+            delay, target, rc, it->to.deadline);
+    M_CHECK(r, it->to.deadline == deadline,
+            "schedule: deadline %" PRId64 ", model %" PRId64 " (rel %" PRId64 ", delay %" PRId64
+            ")",
+            it->to.deadline, deadline, rel, delay);
+    if (reject) {
+        M_CHECK(r, rc == HWT_EREJECTED, "schedule: returned %d past max_pending, expected %d", rc,
+                HWT_EREJECTED);
+        r->rejected++;
+        it->cancellable = false; /* never the timer's: a cancel would be misuse */
+        return;
+    }
+    M_CHECK(r, rc == HWT_OK, "schedule: returned %d, expected HWT_OK", rc);
+    it->where = M_LIVE;
+    it->cancellable = true;
+    it->transferred = false;
+    it->deadline = deadline;
+    it->seq = ++r->seq;
+    r->scheduled++;
+    r->pending++;
+}
+
+static void m_op_cancel(m_run *r)
+{
+    m_item *it = r->items[m_below(r->src, r->nitems)];
+    if (!it->cancellable) {
+        m_trace(r, "cancel: item %u never scheduled", it->id);
+        return;
+    }
+    int rc = hwt_timeout_cancel(&it->to);
+    m_trace(r, "cancel item %u (model %d) -> %d", it->id, it->where, rc);
+    int expect = it->where == M_LIVE;
+    M_CHECK(r, rc == expect, "cancel of item %u (model state %d) returned %d, expected %d", it->id,
+            it->where, rc, expect);
+    if (rc == 1)
+        it->where = M_CANCELLED;
+}
+
+static int64_t m_pick_jump(m_run *r)
+{
+    m_source *src = r->src;
+    int64_t tick = r->cfg.tick_ns, rev = tick * (int64_t)r->wheel, rel = m_rel(r);
+    int64_t jump;
+    switch (m_below(src, 12)) {
+    case 0:
+        jump = 0;
+        break;
+    case 1:
+        jump = 1 + (int64_t)m_below(src, (uint64_t)tick);
+        break;
+    case 2: /* onto a tick boundary, or beside it */
+        jump = ((rel / tick) + 1 + (int64_t)m_below(src, 3)) * tick - rel - 1 +
+               (int64_t)m_below(src, 3);
+        break;
+    case 3: /* to what the last advance returned */
+        jump =
+            r->last_ret != HWT_NEVER ? r->last_ret - r->clock - 1 + (int64_t)m_below(src, 3) : tick;
+        break;
+    case 4:
+    case 5:
+    case 6:
+        jump = (int64_t)m_below(src, 4 * (uint64_t)tick);
+        break;
+    case 7:
+        jump = (int64_t)m_below(src, 2 * (uint64_t)rev);
+        break;
+    case 8:
+        jump = (int64_t)m_below(src, 9) * rev + (int64_t)m_below(src, 3) - 1;
+        break;
+    case 9: /* many turns of the wheel */
+        jump = (int64_t)m_below(src, 64) * rev + (int64_t)m_below(src, (uint64_t)rev);
+        break;
+    case 10: /* rarely, very many */
+        jump = m_below(src, 8) == 0 ? (int64_t)m_below(src, 1024) * rev : tick;
+        break;
+    default:
+        jump = (int64_t)m_below(src, (uint64_t)tick * 16);
+        break;
+    }
+    if (jump < 0)
+        jump = 0;
+    if (jump > r->max_jump)
+        jump = r->max_jump;
+    if (jump > M_CLOCK_LIMIT - r->clock)
+        jump = 0;
+    return jump;
+}
+
+/* Advances the core to `now` and checks what it delivered. */
+static void m_advance_to(m_run *r, int64_t now)
+{
+    int64_t rel = now - r->start;
+    /* the core transfers queued timeouts first, at the wheel's current tick */
+    for (size_t i = 0; i < r->nitems; i++) {
+        m_item *it = r->items[i];
+        if (it->where == M_LIVE && !it->transferred) {
+            int64_t calc = it->deadline / r->cfg.tick_ns;
+            it->due = calc > r->tick ? calc : r->tick;
+            it->transferred = true;
+        }
+    }
+    int64_t ret = hwt_timer_advance(r->t, now);
+    r->stamp++;
+    size_t n_default = m_take(r, hwt_timer_default_sink(r->t), "default sink");
+    m_check_list(r, n_default, true, rel, "default sink");
+    size_t n_second = 0;
+    if (r->sink2_ready) {
+        /* the default sink's entries are marked seen: reuse the scratch */
+        n_second = m_take(r, &r->sink2, "second sink");
+        m_check_list(r, n_second, false, rel, "second sink");
+    }
+    m_trace(r, "advance to rel %" PRId64 " -> %" PRId64 ", delivered %zu + %zu", rel, ret,
+            n_default, n_second);
+
+    /* everything expected was seen; the model moves on */
+    int64_t reached = rel < r->cfg.tick_ns ? -1 : rel / r->cfg.tick_ns - 1;
+    int64_t min_due = INT64_MAX;
+    size_t live = 0;
+    for (size_t i = 0; i < r->nitems; i++) {
+        m_item *it = r->items[i];
+        if (it->where == M_CANCELLED) {
+            M_CHECK(r, it->seen_stamp == r->stamp,
+                    "item %u cancelled before this advance was not delivered back", it->id);
+            it->where = M_FREE;
+            r->cancelled++;
+            r->pending--;
+        } else if (it->where == M_LIVE && it->due <= reached) {
+            M_CHECK(r, it->seen_stamp == r->stamp,
+                    "item %u (deadline %" PRId64 ", due tick %" PRId64 ", seq %" PRIu64
+                    ") was not delivered by an advance to rel %" PRId64,
+                    it->id, it->deadline, it->due, it->seq, rel);
+            it->where = M_FREE;
+            r->expired++;
+            r->pending--;
+        } else if (it->where == M_LIVE) {
+            live++;
+            if (it->due < min_due)
+                min_due = it->due;
+        }
+    }
+    r->tick = m_tick_after(r, rel);
+    r->last_ret = ret;
+
+    hwt_stats st;
+    hwt_timer_stats(r->t, &st);
+    M_CHECK(r, st.tick == r->tick, "stats.tick %" PRId64 ", model %" PRId64, st.tick, r->tick);
+    int64_t tick = r->cfg.tick_ns, next_end = r->start + (r->tick + 1) * tick;
+    if (r->cfg.wake_every_tick) {
+        M_CHECK(r, ret == next_end,
+                "advance returned %" PRId64 ", ticking every tick expects %" PRId64, ret, next_end);
+    } else if (!live) {
+        M_CHECK(r, ret == HWT_NEVER, "advance returned %" PRId64 " with nothing pending", ret);
+    } else {
+        M_CHECK(r, ret != HWT_NEVER, "advance returned HWT_NEVER with %zu pending", live);
+        M_CHECK(r, ret >= next_end && (ret - r->start) % tick == 0,
+                "advance returned %" PRId64 ": not a tick end at or after %" PRId64, ret, next_end);
+        if (min_due < (M_CLOCK_LIMIT - r->start) / tick)
+            M_CHECK(r, ret <= r->start + (min_due + 1) * tick,
+                    "advance returned %" PRId64 ", after the end %" PRId64 " of due tick %" PRId64,
+                    ret, r->start + (min_due + 1) * tick, min_due);
+    }
+}
+
+static void m_op_advance(m_run *r)
+{
+    uint64_t kind = m_below(r->src, 20);
+    if (kind == 0) { /* an older `now`: only queued work is processed */
+        int64_t back = (int64_t)m_below(r->src, 4 * (uint64_t)r->cfg.tick_ns);
+        m_advance_to(r, r->clock - back);
+    } else if (kind == 1) { /* a `now` ahead of the clock */
+        m_advance_to(r, r->clock + m_pick_jump(r));
+    } else {
+        r->clock += m_pick_jump(r);
+        m_advance_to(r, r->clock);
+    }
+}
+
+static void m_op_close_sink2(m_run *r)
+{
+    if (!r->sink2_ready || r->sink2_closed)
+        return;
+    hwt_timeout *held = hwt_sink_close(&r->sink2);
+    m_trace(r, "close second sink");
+    M_CHECK(r, held == NULL, "hwt_sink_close returned a timeout nobody delivered");
+    r->sink2_closed = true;
+}
+
+/* Stops the timer and checks what it returns and releases; then that the
+   stopped timer refuses work.  Ends the run's use of the core. */
+static void m_stop(m_run *r)
+{
+    hwt_timeout *ret = hwt_timer_stop(r->t);
+    m_trace(r, "stop");
+    r->stamp++;
+    size_t n = m_walk(r, ret, "stop's list");
+    size_t returned = 0, released = 0;
+    m_item *first_returned = n ? r->scratch[0] : NULL;
+    for (size_t i = 0; i < n; i++) {
+        m_item *it = r->scratch[i];
+        M_CHECK(r, it->seen_stamp != r->stamp, "stop returned item %u twice", it->id);
+        it->seen_stamp = r->stamp;
+        M_CHECK(r, it->where == M_LIVE, "stop returned item %u that the model holds as %d", it->id,
+                it->where);
+        uint32_t state = atomic_load(&it->to.state);
+        M_CHECK(r, state == HWT_CANCELLED, "stop returned item %u in state %u", it->id, state);
+        returned++;
+    }
+    n = m_walk(r, hwt_sink_take(hwt_timer_default_sink(r->t)), "default sink at stop");
+    for (size_t i = 0; i < n; i++) {
+        m_item *it = r->scratch[i];
+        M_CHECK(r, it->seen_stamp != r->stamp, "item %u both returned and released by stop",
+                it->id);
+        it->seen_stamp = r->stamp;
+        M_CHECK(r, it->where == M_CANCELLED,
+                "stop released item %u to the default sink, model holds it as %d", it->id,
+                it->where);
+        uint32_t state = atomic_load(&it->to.state);
+        M_CHECK(r, state == HWT_CANCELLED, "stop released item %u in state %u", it->id, state);
+        released++;
+    }
+    if (r->sink2_ready) {
+        hwt_timeout *more = hwt_sink_take(&r->sink2);
+        M_CHECK(r, more == NULL, "stop delivered to the second sink");
+    }
+    for (size_t i = 0; i < r->nitems; i++) {
+        m_item *it = r->items[i];
+        if (it->where == M_FREE)
+            continue;
+        M_CHECK(r, it->seen_stamp == r->stamp,
+                "item %u (model %d) neither returned nor released by stop", it->id, it->where);
+        it->where = M_FREE;
+    }
+    r->cancelled += returned + released;
+    r->pending = 0;
+    m_check_counts(r);
+    M_CHECK(r, hwt_timer_stopped(r->t), "hwt_timer_stopped is false after stop");
+
+    /* a stopped timer: nothing is accepted, nothing is cancelled, it stays stopped */
+    m_item *it = r->items[0];
+    if (first_returned)
+        M_CHECK(r, hwt_timeout_cancel(&first_returned->to) == 0,
+                "cancel of a timeout stop returned");
+    it->to.sink = hwt_timer_default_sink(r->t);
+    int rc = hwt_timer_schedule(r->t, &it->to, 1);
+    M_CHECK(r, rc == HWT_ESTOPPED, "schedule after stop returned %d", rc);
+    it->cancellable = false;
+    M_CHECK(r, hwt_timer_advance(r->t, r->clock + r->cfg.tick_ns) == HWT_NEVER,
+            "advance after stop did not return HWT_NEVER");
+    M_CHECK(r, hwt_timer_stop(r->t) == NULL, "a second stop returned timeouts");
+    M_CHECK(r, hwt_timer_start(r->t) != 0, "start after stop succeeded");
+    bool finished = false;
+    M_CHECK(r, hwt_sink_wait(hwt_timer_default_sink(r->t), &finished) == NULL && finished,
+            "the default sink is not finished after stop");
+    if (r->sink2_ready && !r->sink2_closed) {
+        finished = false;
+        M_CHECK(r, hwt_sink_wait(&r->sink2, &finished) == NULL && finished,
+                "the second sink is not finished after stop");
+    }
+    m_check_counts(r);
+}
+
+/* ---- a whole run ---- */
+
+/* What runs did, summed, so that a driver can show the checks had work. */
+typedef struct m_totals {
+    uint64_t runs, steps, scheduled, expired, cancelled, rejected, returned, advances;
+} m_totals;
+
+/* Picks a configuration from the source and makes the timer and items. */
+static void m_setup(m_run *r, m_source *src, const char *what, size_t max_items)
+{
+    static const uint32_t wheels[] = {1, 2, 8, 512, 3, 64, 100, 4096, 16384};
+    static const int64_t ticks[] = {1, 1000000, 1000000000, 7, 1000, 999983};
+    memset(r, 0, sizeof(*r));
+    r->src = src;
+    r->what = what;
+    r->cfg.ticks_per_wheel = wheels[m_below(src, sizeof(wheels) / sizeof(wheels[0]))];
+    uint64_t k = m_below(src, sizeof(ticks) / sizeof(ticks[0]) + 1);
+    r->cfg.tick_ns =
+        k < sizeof(ticks) / sizeof(ticks[0]) ? ticks[k] : 1 + (int64_t)m_below(src, 1000000);
+    r->nitems = 1 + (size_t)m_below(src, max_items);
+    r->cfg.max_pending = m_below(src, 5) == 0 ? 1 + (int64_t)m_below(src, r->nitems) : 0;
+    r->cfg.wake_every_tick = m_below(src, 8) == 0;
+    r->cfg.manual = true;
+    r->cfg.clock = m_clock_fn;
+    r->cfg.clock_ctx = r;
+    r->cfg.thread_name = "hwt-model";
+    static const int64_t bases[] = {0, 1, INT64_C(1000000000000), INT64_C(1) << 61};
+    k = m_below(src, 5);
+    r->clock = k < 4 ? bases[k] : (int64_t)m_below(src, UINT64_C(1) << 40);
+    r->wheel = hwt_round_ticks(r->cfg.ticks_per_wheel);
+    /* ticks one advance may walk: each turn of the wheel visits every
+       occupied bucket, and ticking every tick visits every tick */
+    int64_t rev = r->cfg.tick_ns * (int64_t)r->wheel;
+    r->max_jump = r->cfg.wake_every_tick ? 2000 * r->cfg.tick_ns : 1100 * rev;
+    r->last_ret = HWT_NEVER;
+
+    r->t = hwt_timer_new(&r->cfg);
+    M_CHECK(r, r->t != NULL, "hwt_timer_new failed");
+    M_CHECK(r, hwt_timer_config(r->t)->ticks_per_wheel == r->wheel,
+            "ticks_per_wheel %" PRIu32 " rounded to %" PRIu32 ", expected %" PRIu32,
+            r->cfg.ticks_per_wheel, hwt_timer_config(r->t)->ticks_per_wheel, r->wheel);
+    r->items = calloc(r->nitems, sizeof(*r->items));
+    r->scratch = calloc(r->nitems + 1, sizeof(*r->scratch));
+    M_CHECK(r, r->items && r->scratch, "out of memory");
+    for (size_t i = 0; i < r->nitems; i++) {
+        m_item *it = calloc(1, sizeof(*it));
+        M_CHECK(r, it != NULL, "out of memory");
+        it->magic = M_MAGIC;
+        it->id = (uint32_t)i;
+        r->items[i] = it;
+    }
+
+    /* not started: refused */
+    m_item *it = r->items[0];
+    it->to.sink = hwt_timer_default_sink(r->t);
+    M_CHECK(r, hwt_timer_schedule(r->t, &it->to, 1) == HWT_ESTOPPED,
+            "schedule before start was not refused");
+    M_CHECK(r, hwt_timer_advance(r->t, r->clock) == HWT_NEVER, "advance before start");
+    M_CHECK(r, !hwt_timer_started(r->t), "started before start");
+
+    M_CHECK(r, hwt_timer_start(r->t) == 0, "hwt_timer_start failed");
+    M_CHECK(r, hwt_timer_started(r->t), "hwt_timer_started is false after start");
+    M_CHECK(r, hwt_timer_start(r->t) == 0, "a second start failed");
+    r->start = r->clock;
+    M_CHECK(r, hwt_timer_start_time(r->t) == r->start, "start time %" PRId64 ", clock %" PRId64,
+            hwt_timer_start_time(r->t), r->start);
+    M_CHECK(r, hwt_timer_now(r->t) == r->clock, "hwt_timer_now is not the injected clock");
+    if (m_below(src, 2)) {
+        M_CHECK(r, hwt_sink_init(&r->sink2, r->t, NULL, -1, r) == 0, "hwt_sink_init failed");
+        r->sink2_ready = true;
+    }
+    m_trace(r,
+            "setup: tick %" PRId64 " wheel %" PRIu32 " items %zu max_pending %" PRId64
+            " every_tick %d base %" PRId64 " sink2 %d",
+            r->cfg.tick_ns, r->wheel, r->nitems, r->cfg.max_pending, (int)r->cfg.wake_every_tick,
+            r->clock, (int)r->sink2_ready);
+}
+
+static void m_teardown(m_run *r)
+{
+    if (r->sink2_ready) {
+        if (!r->sink2_closed)
+            M_CHECK(r, hwt_sink_close(&r->sink2) == NULL,
+                    "the second sink held timeouts at the end");
+        hwt_sink_destroy(&r->sink2);
+    }
+    hwt_timer_decref(r->t);
+    for (size_t i = 0; i < r->nitems; i++)
+        free(r->items[i]);
+    free(r->items);
+    free(r->scratch);
+}
+
+/* Runs one configuration for at most `max_ops` operations (fewer if the
+   source's bytes run out), checking after each, then stops the timer. */
+static void m_run_sequence(m_source *src, const char *what, size_t max_items, size_t max_ops,
+                           m_totals *totals)
+{
+    m_run r;
+    uint64_t advances = 0;
+    m_setup(&r, src, what, max_items);
+    for (r.step = 1; r.step <= max_ops && !src->exhausted; r.step++) {
+        uint64_t op = m_below(src, 100);
+        if (op < 40)
+            m_op_schedule(&r);
+        else if (op < 60)
+            m_op_cancel(&r);
+        else if (op < 99)
+            m_op_advance(&r), advances++;
+        else
+            m_op_close_sink2(&r);
+        m_check_counts(&r);
+    }
+    uint64_t cancelled_before_stop = r.cancelled;
+    m_stop(&r);
+    if (totals) {
+        totals->runs++;
+        totals->steps += r.step - 1;
+        totals->scheduled += r.scheduled;
+        totals->expired += r.expired;
+        totals->cancelled += cancelled_before_stop;
+        totals->rejected += r.rejected;
+        totals->returned += r.cancelled - cancelled_before_stop;
+        totals->advances += advances;
+    }
+    m_teardown(&r);
+}
+
+#endif /* HWT_MODEL_H */

@@ -1,0 +1,501 @@
+/*
+ * stress_core.c: the hwtimer C core with its real worker thread under
+ * concurrent use, meant for ThreadSanitizer (scripts/check-core.sh) but
+ * useful anywhere.  Producer threads schedule timeouts and cancel their own
+ * and each other's while consumers drain the default sink (blocking in
+ * hwt_sink_wait) and a second sink (woken through a pipe by its wake
+ * function), and a monitor reads the counters.
+ *
+ * Each round checks: every scheduled timeout is delivered exactly once, or
+ * returned by stop() exactly once; an expired one never before its
+ * deadline; a cancel() that returned 1 means a cancelled delivery; pending
+ * returns to 0; the counters add up.  Settle rounds let everything fire or
+ * be cancelled before stopping; race rounds call stop() while producers are
+ * still scheduling and cancelling, and a consumer closes its sink midway.
+ *
+ * Usage: stress_core [SEED [ROUNDS]]; exits 1 on the first failed check.
+ */
+#define _GNU_SOURCE
+#include "hwt.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define PRODUCERS        4
+#define PER_PRODUCER     2000
+#define NITEMS           (PRODUCERS * PER_PRODUCER)
+#define SETTLE_LIMIT_NS  (INT64_C(60) * 1000000000) /* generous: TSan is slow */
+#define WATCHDOG_SECONDS 300
+
+typedef struct item {
+    hwt_timeout to;
+    int sched_rc;                /* schedule's result; written before the item is published */
+    bool far;                    /* scheduled not to fire within the round */
+    _Atomic int delivered;       /* times a consumer took it */
+    _Atomic int cancel_wins;     /* cancel() calls that returned 1 */
+    _Atomic int returned;        /* times stop() returned it */
+    _Atomic uint32_t seen_state; /* its state when a consumer took it */
+} item;
+
+typedef struct round_cfg {
+    int64_t tick_ns;
+    uint32_t wheel;
+    int64_t max_pending;
+    bool wake_every_tick;
+    bool race_stop; /* stop while producers run, instead of settling first */
+} round_cfg;
+
+typedef struct shared {
+    round_cfg cfg;
+    hwt_timer *t;
+    hwt_sink s2; /* woken through pipe_fd[1] */
+    int pipe_fd[2];
+    item *items;                       /* owned, NITEMS */
+    _Atomic(item *) published[NITEMS]; /* scheduled items others may cancel */
+    _Atomic bool s2_closed;
+    _Atomic bool producers_done, monitor_stop;
+    _Atomic int64_t consumed;
+    _Atomic uint64_t eph_scheduled, eph_rejected; /* the ephemeral sinks' */
+    uint64_t seed;
+} shared;
+
+static _Atomic int failures;
+static pthread_mutex_t report_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void fail(const char *fmt, ...)
+{
+    va_list ap;
+    pthread_mutex_lock(&report_lock);
+    if (atomic_fetch_add(&failures, 1) < 20) {
+        fprintf(stderr, "stress_core: FAIL: ");
+        va_start(ap, fmt);
+        vfprintf(stderr, fmt, ap);
+        va_end(ap);
+        fputc('\n', stderr);
+    }
+    pthread_mutex_unlock(&report_lock);
+}
+
+static uint64_t next_rand(uint64_t *x)
+{
+    uint64_t z = (*x += UINT64_C(0x9e3779b97f4a7c15));
+    z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+    z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
+    return z ^ (z >> 31);
+}
+
+static void sleep_ns(int64_t ns)
+{
+    struct timespec ts = {(time_t)(ns / 1000000000), (long)(ns % 1000000000)};
+    while (nanosleep(&ts, &ts) == -1 && errno == EINTR)
+        ;
+}
+
+static void on_watchdog(int sig)
+{
+    (void)sig;
+    static const char msg[] = "stress_core: FAIL: timed out (a hang: stop, a sink or the worker)\n";
+    ssize_t r = write(2, msg, sizeof(msg) - 1);
+    (void)r;
+    _exit(1);
+}
+
+/* ---- consumers ---- */
+
+/* Accounts for one delivered timeout; `second` when it came from s2. */
+static void consume(shared *sh, hwt_timeout *to, bool second)
+{
+    item *it = (item *)(void *)to;
+    if (it < sh->items || it >= sh->items + NITEMS) {
+        fail("a sink delivered %p, not one of ours", (void *)to);
+        return;
+    }
+    uint32_t state = atomic_load(&to->state);
+    atomic_store(&it->seen_state, state);
+    if (atomic_fetch_add(&it->delivered, 1) != 0)
+        fail("item %td delivered twice", it - sh->items);
+    if (state == HWT_EXPIRED) {
+        int64_t rel = hwt_monotonic_ns(NULL) - hwt_timer_start_time(sh->t);
+        if (rel <= to->deadline)
+            fail("item %td expired early: now %" PRId64 " ns, deadline %" PRId64, it - sh->items,
+                 rel, to->deadline);
+        bool to_s2 = to->sink == &sh->s2;
+        if (second ? !to_s2 : to_s2 && !atomic_load(&sh->s2_closed))
+            fail("item %td expired into the wrong sink", it - sh->items);
+    } else if (state == HWT_CANCELLED) {
+        if (second)
+            fail("item %td: a cancelled timeout was delivered to its own sink", it - sh->items);
+    } else {
+        fail("item %td delivered in state %u", it - sh->items, state);
+    }
+    atomic_fetch_add(&sh->consumed, 1);
+}
+
+static void consume_list(shared *sh, hwt_timeout *list, bool second)
+{
+    while (list) {
+        hwt_timeout *next = hwt_timeout_of(list->link.next);
+        consume(sh, list, second);
+        list = next;
+    }
+}
+
+static void *default_consumer(void *arg)
+{
+    shared *sh = arg;
+    bool finished = false;
+    while (!finished)
+        consume_list(sh, hwt_sink_wait(hwt_timer_default_sink(sh->t), &finished), false);
+    return NULL;
+}
+
+/* s2's wake function: called by the worker with s2's lock held. */
+static void wake_pipe(hwt_sink *s)
+{
+    char c = 1;
+    ssize_t r = write(s->wake_fd, &c, 1); /* EAGAIN: a wake is already pending */
+    (void)r;
+}
+
+static void *second_consumer(void *arg)
+{
+    shared *sh = arg;
+    uint64_t rng = sh->seed ^ 0x5eed;
+    /* in a race round, close the sink after a random share of the work */
+    int64_t close_after = sh->cfg.race_stop ? (int64_t)(next_rand(&rng) % (NITEMS / 4)) : -1;
+    int64_t taken = 0;
+    for (;;) {
+        struct pollfd p = {sh->pipe_fd[0], POLLIN, 0};
+        poll(&p, 1, 50);
+        char buf[64];
+        while (read(sh->pipe_fd[0], buf, sizeof(buf)) > 0)
+            ;
+        hwt_timeout *list = hwt_sink_take(&sh->s2);
+        for (hwt_timeout *to = list; to; to = hwt_timeout_of(to->link.next))
+            taken++;
+        consume_list(sh, list, true);
+        if (close_after >= 0 && taken >= close_after) {
+            atomic_store(&sh->s2_closed, true);
+            consume_list(sh, hwt_sink_close(&sh->s2), true);
+            return NULL;
+        }
+        pthread_mutex_lock(&sh->s2.lock);
+        bool finished = sh->s2.finished && !sh->s2.head;
+        pthread_mutex_unlock(&sh->s2.lock);
+        if (finished)
+            return NULL;
+    }
+}
+
+/* ---- sinks that come and go ---- */
+
+#define EPHEMERAL_ROUNDS   40
+#define EPHEMERAL_TIMEOUTS 8
+
+/* Makes a sink on the heap, schedules a few timeouts into it, takes them
+   all back and frees the sink at once, as an embedder whose consumer (an
+   event loop) goes away does: once it has taken everything delivered, the
+   worker must no longer touch the sink. */
+static void *ephemeral_sinks(void *arg)
+{
+    shared *sh = arg;
+    hwt_timeout tos[EPHEMERAL_TIMEOUTS];
+    uint64_t rng = sh->seed ^ 0xe4e;
+    for (int round = 0; round < EPHEMERAL_ROUNDS; round++) {
+        hwt_sink *s = malloc(sizeof(*s));
+        if (!s || hwt_sink_init(s, sh->t, NULL, -1, NULL) != 0) {
+            fail("ephemeral sink: setup failed");
+            free(s);
+            return NULL;
+        }
+        int want = 0;
+        for (int i = 0; i < EPHEMERAL_TIMEOUTS; i++) {
+            memset(&tos[i], 0, sizeof(tos[i]));
+            tos[i].sink = s;
+            int64_t delay = (int64_t)(next_rand(&rng) % (uint64_t)(3 * sh->cfg.tick_ns));
+            int rc = hwt_timer_schedule(sh->t, &tos[i], delay);
+            if (rc == HWT_OK)
+                want++;
+            else if (rc == HWT_EREJECTED)
+                atomic_fetch_add(&sh->eph_rejected, 1);
+            else
+                fail("ephemeral sink: schedule returned %d", rc);
+        }
+        int got = 0;
+        bool finished = false;
+        while (got < want && !finished) {
+            for (hwt_timeout *to = hwt_sink_wait(s, &finished); to;
+                 to = hwt_timeout_of(to->link.next)) {
+                if (to < tos || to >= tos + EPHEMERAL_TIMEOUTS ||
+                    atomic_load(&to->state) != HWT_EXPIRED)
+                    fail("ephemeral sink: a stranger or a non-expired timeout");
+                got++;
+            }
+        }
+        if (got != want)
+            fail("ephemeral sink: %d of %d timeouts came back", got, want);
+        atomic_fetch_add(&sh->eph_scheduled, (uint64_t)want);
+        if (hwt_sink_close(s) != NULL)
+            fail("ephemeral sink: close returned timeouts");
+        hwt_sink_destroy(s);
+        free(s); /* at once: a worker still writing to it is a race */
+    }
+    return NULL;
+}
+
+/* ---- producers and the monitor ---- */
+
+typedef struct producer_arg {
+    shared *sh;
+    int index;
+} producer_arg;
+
+static void *producer(void *arg)
+{
+    producer_arg *pa = arg;
+    shared *sh = pa->sh;
+    uint64_t rng = sh->seed * 31 + (uint64_t)pa->index;
+    int64_t tick = sh->cfg.tick_ns;
+    for (int i = 0; i < PER_PRODUCER; i++) {
+        size_t idx = (size_t)pa->index * PER_PRODUCER + (size_t)i;
+        item *it = &sh->items[idx];
+        uint64_t r = next_rand(&rng);
+        int64_t delay;
+        switch (r % 16) {
+        case 0:
+            delay = -(int64_t)(r >> 8) % (2 * tick);
+            break;
+        case 1:
+            delay = 0;
+            break;
+        case 2:
+            it->far = true;
+            delay = (r >> 8) & 1 ? HWT_NEVER : INT64_C(3600) * 1000000000;
+            break;
+        default: /* within a few dozen ticks */
+            delay = (int64_t)((r >> 8) % (uint64_t)(40 * tick));
+            break;
+        }
+        it->to.sink = (r >> 40) % 3 == 0 ? &sh->s2 : hwt_timer_default_sink(sh->t);
+        it->sched_rc = hwt_timer_schedule(sh->t, &it->to, delay);
+        if (it->sched_rc == HWT_OK)
+            atomic_store_explicit(&sh->published[idx], it, memory_order_release);
+        else if (it->sched_rc == HWT_EREJECTED && sh->cfg.max_pending <= 0)
+            fail("schedule rejected without a max_pending");
+        /* cancel someone's timeout, now and then */
+        if ((r >> 48) % 10 < 3) {
+            size_t victim = (size_t)(next_rand(&rng) % NITEMS);
+            item *v = atomic_load_explicit(&sh->published[victim], memory_order_acquire);
+            if (v) {
+                int rc = hwt_timeout_cancel(&v->to);
+                if (rc == 1)
+                    atomic_fetch_add(&v->cancel_wins, 1);
+                else if (rc != 0)
+                    fail("cancel returned %d", rc);
+            }
+        }
+        /* pace: a producer runs for tens of ms, so stop() lands mid-stream */
+        if (i % 16 == 15)
+            sleep_ns((int64_t)(next_rand(&rng) % 1000000));
+    }
+    /* settle: the far ones would otherwise stay pending */
+    for (int i = 0; i < PER_PRODUCER; i++) {
+        item *it = &sh->items[(size_t)pa->index * PER_PRODUCER + (size_t)i];
+        if (it->far && it->sched_rc == HWT_OK && hwt_timeout_cancel(&it->to) == 1)
+            atomic_fetch_add(&it->cancel_wins, 1);
+    }
+    return NULL;
+}
+
+static void *monitor(void *arg)
+{
+    shared *sh = arg;
+    while (!atomic_load(&sh->monitor_stop)) {
+        hwt_stats st;
+        hwt_timer_stats(sh->t, &st);
+        int64_t pending = hwt_timer_pending(sh->t);
+        if (pending < 0 || st.expired + st.cancelled > st.scheduled + (uint64_t)NITEMS)
+            fail("counters out of range: pending %" PRId64 " expired %" PRIu64 " cancelled %" PRIu64
+                 " scheduled %" PRIu64,
+                 pending, st.expired, st.cancelled, st.scheduled);
+        sleep_ns(200000);
+    }
+    return NULL;
+}
+
+/* ---- one round ---- */
+
+static void run_round(const round_cfg *cfg, uint64_t seed)
+{
+    shared *sh = calloc(1, sizeof(*sh));
+    if (!sh) {
+        fail("out of memory");
+        return;
+    }
+    sh->cfg = *cfg;
+    sh->seed = seed;
+    sh->items = calloc(NITEMS, sizeof(item));
+    hwt_config hc = {
+        .tick_ns = cfg->tick_ns,
+        .ticks_per_wheel = cfg->wheel,
+        .max_pending = cfg->max_pending,
+        .thread_name = "hwt-stress",
+        .wake_every_tick = cfg->wake_every_tick,
+    };
+    sh->t = hwt_timer_new(&hc);
+    if (!sh->items || !sh->t || pipe2(sh->pipe_fd, O_NONBLOCK | O_CLOEXEC) != 0) {
+        fail("setup failed");
+        exit(1);
+    }
+    if (hwt_sink_init(&sh->s2, sh->t, wake_pipe, sh->pipe_fd[1], sh) != 0 ||
+        hwt_timer_start(sh->t) != 0) {
+        fail("sink init or start failed");
+        exit(1);
+    }
+
+    pthread_t prod[PRODUCERS], cons1, cons2, mon, eph_thread;
+    producer_arg pa[PRODUCERS];
+    pthread_create(&cons1, NULL, default_consumer, sh);
+    pthread_create(&cons2, NULL, second_consumer, sh);
+    pthread_create(&mon, NULL, monitor, sh);
+    if (!cfg->race_stop)
+        pthread_create(&eph_thread, NULL, ephemeral_sinks, sh);
+    for (int i = 0; i < PRODUCERS; i++) {
+        pa[i] = (producer_arg){sh, i};
+        pthread_create(&prod[i], NULL, producer, &pa[i]);
+    }
+
+    hwt_timeout *returned = NULL;
+    if (cfg->race_stop) {
+        uint64_t rng = seed;
+        sleep_ns((int64_t)(next_rand(&rng) % 50000000));
+        returned = hwt_timer_stop(sh->t);
+        for (int i = 0; i < PRODUCERS; i++)
+            pthread_join(prod[i], NULL);
+    } else {
+        for (int i = 0; i < PRODUCERS; i++)
+            pthread_join(prod[i], NULL);
+        pthread_join(eph_thread, NULL);
+        /* everything fires or is cancelled: pending drains to 0 */
+        int64_t give_up = hwt_monotonic_ns(NULL) + SETTLE_LIMIT_NS;
+        while (hwt_timer_pending(sh->t) != 0 && hwt_monotonic_ns(NULL) < give_up)
+            sleep_ns(1000000);
+        if (hwt_timer_pending(sh->t) != 0)
+            fail("pending is %" PRId64 " after settling", hwt_timer_pending(sh->t));
+        returned = hwt_timer_stop(sh->t);
+        if (returned)
+            fail("stop returned timeouts after everything settled");
+    }
+    if (hwt_timer_stop(sh->t) != NULL)
+        fail("a second stop returned timeouts");
+    pthread_join(cons1, NULL);
+    pthread_join(cons2, NULL);
+    atomic_store(&sh->monitor_stop, true);
+    pthread_join(mon, NULL);
+
+    for (hwt_timeout *to = returned; to; to = hwt_timeout_of(to->link.next)) {
+        item *it = (item *)(void *)to;
+        if (it < sh->items || it >= sh->items + NITEMS) {
+            fail("stop returned %p, not one of ours", (void *)to);
+            break;
+        }
+        if (atomic_fetch_add(&it->returned, 1) != 0) {
+            fail("stop returned item %td twice", it - sh->items);
+            break;
+        }
+        if (atomic_load(&to->state) != HWT_CANCELLED)
+            fail("stop returned item %td in state %u", it - sh->items, atomic_load(&to->state));
+    }
+
+    /* every item: exactly one fate */
+    uint64_t ok = 0, rejected = 0, expired = 0;
+    for (size_t i = 0; i < NITEMS; i++) {
+        item *it = &sh->items[i];
+        int delivered = atomic_load(&it->delivered), ret = atomic_load(&it->returned);
+        int wins = atomic_load(&it->cancel_wins);
+        if (it->sched_rc == HWT_EREJECTED)
+            rejected++;
+        if (it->sched_rc != HWT_OK) {
+            if (delivered || ret || wins)
+                fail("item %zu was not scheduled (rc %d) yet turned up", i, it->sched_rc);
+            continue;
+        }
+        ok++;
+        if (delivered + ret != 1) {
+            fail("item %zu: delivered %d times, returned by stop %d times", i, delivered, ret);
+            continue;
+        }
+        if (wins > 1)
+            fail("item %zu: %d cancels returned 1", i, wins);
+        uint32_t seen = atomic_load(&it->seen_state);
+        if (ret && wins)
+            fail("item %zu: returned by stop though a cancel had won", i);
+        if (delivered && (seen == HWT_CANCELLED) != (wins == 1))
+            fail("item %zu: delivered %s but %d cancels won", i,
+                 seen == HWT_CANCELLED ? "cancelled" : "expired", wins);
+        if (delivered && seen == HWT_EXPIRED)
+            expired++;
+        if (!cfg->race_stop && it->far && seen != HWT_CANCELLED)
+            fail("item %zu: a far timeout fired", i);
+    }
+    hwt_stats st;
+    hwt_timer_stats(sh->t, &st);
+    if (st.pending != 0 || hwt_timer_pending(sh->t) != 0)
+        fail("pending is %" PRId64 " after stop", st.pending);
+    /* the ephemeral sinks' timeouts all expire */
+    uint64_t eph = atomic_load(&sh->eph_scheduled);
+    if (st.scheduled != ok + eph || st.rejected != rejected + atomic_load(&sh->eph_rejected) ||
+        st.expired != expired + eph || st.expired + st.cancelled != st.scheduled)
+        fail("stats: scheduled %" PRIu64 " (expected %" PRIu64 " + ephemeral), rejected %" PRIu64
+             " (%" PRIu64 "), expired %" PRIu64 " (%" PRIu64 "), cancelled %" PRIu64,
+             st.scheduled, ok, st.rejected, rejected, st.expired, expired, st.cancelled);
+    printf("stress_core: round tick=%" PRId64 "ns wheel=%" PRIu32 " max_pending=%" PRId64
+           " every_tick=%d %s: %" PRIu64 " scheduled, %" PRIu64 " expired, %" PRIu64
+           " cancelled, %" PRIu64 " rejected, %" PRId64 " consumed\n",
+           cfg->tick_ns, cfg->wheel, cfg->max_pending, (int)cfg->wake_every_tick,
+           cfg->race_stop ? "stop-race" : "settle", ok, expired, st.cancelled, rejected,
+           atomic_load(&sh->consumed));
+    fflush(stdout);
+
+    if (!atomic_load(&sh->s2_closed))
+        hwt_sink_close(&sh->s2);
+    hwt_sink_destroy(&sh->s2);
+    hwt_timer_decref(sh->t);
+    close(sh->pipe_fd[0]);
+    close(sh->pipe_fd[1]);
+    free(sh->items);
+    free(sh);
+}
+
+int main(int argc, char **argv)
+{
+    uint64_t seed = argc > 1 ? strtoull(argv[1], NULL, 0) : (uint64_t)time(NULL);
+    int rounds = argc > 2 ? atoi(argv[2]) : 6;
+    static const round_cfg kinds[] = {
+        {1000000, 512, 0, false, false},  {100000, 8, 0, false, true},
+        {1000000, 64, 600, false, false}, {1000000, 1, 0, true, true},
+        {200000, 2, 0, false, true},      {1000000, 512, 0, true, false},
+    };
+    signal(SIGALRM, on_watchdog);
+    alarm(WATCHDOG_SECONDS);
+    printf("stress_core: seed %" PRIu64 ", %d rounds\n", seed, rounds);
+    for (int i = 0; i < rounds && !atomic_load(&failures); i++)
+        run_round(&kinds[i % (int)(sizeof(kinds) / sizeof(kinds[0]))], seed + (uint64_t)i);
+    if (atomic_load(&failures)) {
+        fprintf(stderr, "stress_core: %d failed checks (seed %" PRIu64 ")\n",
+                atomic_load(&failures), seed);
+        return 1;
+    }
+    printf("stress_core: all rounds passed\n");
+    return 0;
+}
