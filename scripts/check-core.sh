@@ -68,7 +68,8 @@ if [ "$FUZZ_SECONDS" = 0 ]; then
 fi
 if ! command -v clang >/dev/null 2>&1 && [ "${HWTIMER_INSTALL_CLANG:-0}" = 1 ]; then
     step "installing clang (HWTIMER_INSTALL_CLANG=1)"
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq clang >/dev/null
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq clang >/dev/null; } ||
+        step "could not install clang"
 fi
 if ! command -v clang >/dev/null 2>&1; then
     step "fuzzer skipped: no clang (Debian: apt-get install clang, or HWTIMER_INSTALL_CLANG=1)"

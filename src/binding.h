@@ -26,10 +26,13 @@ typedef struct {
     PyObject *timedelta_type;        /* owned: datetime.timedelta */
     PyObject *get_running_loop;      /* owned, imported on first call_later */
     PyObject *run_task;              /* owned: _run_task, submitted to executors */
+    PyObject *threads_exiting_hook;  /* owned: _threads_exiting */
     TimerObject *live;               /* borrowed: started, not stopped */
     Py_ssize_t nlive;
     bool warned_too_many;
-    bool exiting; /* the atexit hook ran: no new workers */
+    bool exiting;         /* the atexit hook ran: no new workers */
+    bool threads_exiting; /* threading's exit hooks run: executors refuse work */
+    bool threads_hook;    /* _threads_exiting is registered with threading */
     unsigned long next_id;
 } hwtimer_state;
 
@@ -106,6 +109,11 @@ int hwtimer_parse_seconds(hwtimer_state *st, PyObject *obj, const char *what, do
 /* Logs the current exception as a task's failure on the "hwtimer" logger
    and clears it. */
 void hwtimer_log_task_error(hwtimer_state *st, PyObject *timeout);
+/* Registers, once, the hook that tells when threading's exit hooks shut
+   executors down, so that their refusals then are not logged as errors.
+   Registered when the first timer with an executor starts, so that it runs
+   before the hooks of executors made earlier (they run last first). */
+void hwtimer_watch_thread_exit(hwtimer_state *st);
 /* Logs `msg` at ERROR on the "hwtimer" logger; clears any failure. */
 void hwtimer_log_error(hwtimer_state *st, const char *msg);
 

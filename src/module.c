@@ -71,42 +71,30 @@ int hwtimer_parse_seconds(hwtimer_state *st, PyObject *obj, const char *what, do
     return 0;
 }
 
-int hwtimer_parse_delay(hwtimer_state *st, PyObject *obj, const char *what, int64_t *ns)
+/* Whole seconds, exactly, into saturated ns.  Returns 0 or -1. */
+static int int_delay(PyObject *integer, int64_t *ns)
 {
-    if (PyLong_CheckExact(obj)) {
-        /* exact for ints: no trip through a double */
-        int overflow;
-        long long s = PyLong_AsLongLongAndOverflow(obj, &overflow);
-        if (s == -1 && PyErr_Occurred())
-            return -1;
-        if (overflow > 0 || s >= HWT_NEVER / 1000000000)
-            *ns = HWT_NEVER;
-        else if (overflow < 0 || s <= 0)
-            *ns = s < 0 || overflow ? -1 : 0;
-        else
-            *ns = (int64_t)s * 1000000000;
-        return 0;
-    }
-    double d;
-    if (PyFloat_CheckExact(obj)) {
-        d = PyFloat_AS_DOUBLE(obj);
-    } else if (hwtimer_parse_seconds(st, obj, what, &d) < 0) {
-        if (!PyLong_Check(obj) || !PyErr_ExceptionMatches(PyExc_OverflowError))
-            return -1;
-        /* an int too large for a double: forever, or the next tick */
-        PyErr_Clear();
-        PyObject *zero = PyLong_FromLong(0);
-        int negative = zero ? PyObject_RichCompareBool(obj, zero, Py_LT) : -1;
-        Py_XDECREF(zero);
-        if (negative < 0)
-            return -1;
-        d = negative ? -Py_HUGE_VAL : Py_HUGE_VAL;
-    }
+    int overflow;
+    long long s = PyLong_AsLongLongAndOverflow(integer, &overflow);
+    if (s == -1 && PyErr_Occurred())
+        return -1;
+    if (overflow > 0 || s >= HWT_NEVER / 1000000000)
+        *ns = HWT_NEVER;
+    else if (overflow < 0 || s < 0)
+        *ns = -1;
+    else
+        *ns = (int64_t)s * 1000000000;
+    return 0;
+}
+
+/* Seconds into saturated ns, rounded up: never early.  Returns 0 or -1. */
+static int float_delay(double d, const char *what, int64_t *ns)
+{
     if (isnan(d)) {
         PyErr_Format(PyExc_ValueError, "%s must not be NaN", what);
         return -1;
     }
-    double x = ceil(d * 1e9); /* round up: never early */
+    double x = ceil(d * 1e9);
     if (x >= 9.2e18)
         *ns = HWT_NEVER;
     else if (x <= 0)
@@ -114,6 +102,30 @@ int hwtimer_parse_delay(hwtimer_state *st, PyObject *obj, const char *what, int6
     else
         *ns = (int64_t)x;
     return 0;
+}
+
+int hwtimer_parse_delay(hwtimer_state *st, PyObject *obj, const char *what, int64_t *ns)
+{
+    if (PyFloat_CheckExact(obj))
+        return float_delay(PyFloat_AS_DOUBLE(obj), what, ns);
+    if (PyLong_CheckExact(obj))
+        return int_delay(obj, ns);
+    if (PyBool_Check(obj))
+        return type_error(what, obj);
+    PyNumberMethods *nb = Py_TYPE(obj)->tp_as_number;
+    if (PyLong_Check(obj) || (!PyFloat_Check(obj) && PyIndex_Check(obj) && !nb->nb_float)) {
+        /* an int, or what stands for one: exact, however large */
+        PyObject *integer = PyNumber_Index(obj);
+        if (!integer)
+            return -1;
+        int r = int_delay(integer, ns);
+        Py_DECREF(integer);
+        return r;
+    }
+    double d;
+    if (hwtimer_parse_seconds(st, obj, what, &d) < 0)
+        return -1;
+    return float_delay(d, what, ns);
 }
 
 /* ---- logging ---- */
@@ -151,6 +163,16 @@ void hwtimer_log_error(hwtimer_state *st, const char *msg)
 
 /* ---- module functions ---- */
 
+static PyObject *import_attr(const char *module, const char *name)
+{
+    PyObject *m = PyImport_ImportModule(module);
+    if (!m)
+        return NULL;
+    PyObject *attr = PyObject_GetAttrString(m, name);
+    Py_DECREF(m);
+    return attr;
+}
+
 /* _run_task(timeout): what a timer with an executor submits. */
 static PyObject *run_task(PyObject *module, PyObject *arg)
 {
@@ -162,6 +184,26 @@ static PyObject *run_task(PyObject *module, PyObject *arg)
     TimeoutObject *to = (TimeoutObject *)arg;
     hwtimer_call_task(TIMER_OF(to), to, hwt_monotonic_ns(NULL));
     Py_RETURN_NONE;
+}
+
+/* Notes that threading's exit hooks are running. */
+static PyObject *threads_exiting(PyObject *module, PyObject *unused)
+{
+    (void)unused;
+    state_of_module(module)->threads_exiting = true;
+    Py_RETURN_NONE;
+}
+
+void hwtimer_watch_thread_exit(hwtimer_state *st)
+{
+    if (st->threads_hook)
+        return;
+    st->threads_hook = true;
+    PyObject *reg = import_attr("threading", "_register_atexit");
+    PyObject *r = reg ? PyObject_CallOneArg(reg, st->threads_exiting_hook) : NULL;
+    Py_XDECREF(r);
+    Py_XDECREF(reg);
+    PyErr_Clear(); /* an older threading, or one already exiting */
 }
 
 /* Stops every running timer; registered with atexit. */
@@ -185,22 +227,14 @@ static PyObject *stop_all(PyObject *module, PyObject *unused)
 static PyMethodDef module_methods[] = {
     {"_run_task", run_task, METH_O,
      "_run_task($module, timeout, /)\n--\n\nRuns a timeout's task on this thread (for executors)."},
+    {"_threads_exiting", threads_exiting, METH_NOARGS,
+     "_threads_exiting($module, /)\n--\n\nNotes that threading's exit hooks run."},
     {"_stop_all", stop_all, METH_NOARGS,
      "_stop_all($module, /)\n--\n\nStops every running timer (the atexit hook)."},
     {NULL, NULL, 0, NULL},
 };
 
 /* ---- initialisation ---- */
-
-static PyObject *import_attr(const char *module, const char *name)
-{
-    PyObject *m = PyImport_ImportModule(module);
-    if (!m)
-        return NULL;
-    PyObject *attr = PyObject_GetAttrString(m, name);
-    Py_DECREF(m);
-    return attr;
-}
 
 /* PyModule_AddObjectRef, which 3.9 lacks.  Returns 0 or -1. */
 static int add_ref(PyObject *module, const char *name, PyObject *value)
@@ -249,7 +283,9 @@ static int module_exec(PyObject *module)
     st->thread_type = import_attr("threading", "Thread");
     st->timedelta_type = import_attr("datetime", "timedelta");
     st->run_task = PyObject_GetAttrString(module, "_run_task");
-    if (!st->logger || !st->thread_type || !st->timedelta_type || !st->run_task)
+    st->threads_exiting_hook = PyObject_GetAttrString(module, "_threads_exiting");
+    if (!st->logger || !st->thread_type || !st->timedelta_type || !st->run_task ||
+        !st->threads_exiting_hook)
         return -1;
     PyObject *reg = import_attr("atexit", "register");
     if (!reg)
@@ -278,6 +314,7 @@ static int module_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(st->timedelta_type);
     Py_VISIT(st->get_running_loop);
     Py_VISIT(st->run_task);
+    Py_VISIT(st->threads_exiting_hook);
     return 0;
 }
 
@@ -295,6 +332,7 @@ static int module_clear(PyObject *module)
     Py_CLEAR(st->timedelta_type);
     Py_CLEAR(st->get_running_loop);
     Py_CLEAR(st->run_task);
+    Py_CLEAR(st->threads_exiting_hook);
     return 0;
 }
 

@@ -98,10 +98,15 @@ int64_t hwtimer_run_task(TimerObject *timer, TimeoutObject *to, int64_t start)
         Py_DECREF(r);
         return hwt_monotonic_ns(NULL);
     }
-    /* A refused task (an executor shut down, say) still runs exactly once:
-       here, after the refusal is logged. */
-    timer->task_errors++;
-    hwtimer_log_task_error(timer->state, (PyObject *)to);
+    /* A refused task still runs exactly once: here.  Executors refuse all
+       work once threading's exit hooks shut them down; other refusals are
+       errors worth a log line. */
+    if (timer->state->threads_exiting) {
+        PyErr_Clear();
+    } else {
+        timer->task_errors++;
+        hwtimer_log_task_error(timer->state, (PyObject *)to);
+    }
     return hwtimer_call_task(timer, to, hwt_monotonic_ns(NULL));
 }
 

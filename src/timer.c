@@ -51,6 +51,15 @@ static void set_native_name(PyObject *name)
     pthread_setname_np(pthread_self(), buf);
 }
 
+/* Lets whoever waits in dispatch_wait_done() go. */
+static void dispatch_mark_done(DispatchObject *self)
+{
+    pthread_mutex_lock(&self->lock);
+    self->done = true;
+    pthread_cond_broadcast(&self->done_cond);
+    pthread_mutex_unlock(&self->lock);
+}
+
 static PyObject *dispatch_run(DispatchObject *self, PyObject *unused)
 {
     (void)unused;
@@ -67,10 +76,7 @@ static PyObject *dispatch_run(DispatchObject *self, PyObject *unused)
             break;
         dispatch_batch(dflt, batch);
     }
-    pthread_mutex_lock(&self->lock);
-    self->done = true;
-    pthread_cond_broadcast(&self->done_cond);
-    pthread_mutex_unlock(&self->lock);
+    dispatch_mark_done(self);
     Py_RETURN_NONE;
 }
 
@@ -191,6 +197,8 @@ int hwtimer_timer_start(TimerObject *self)
         PyErr_SetString(PyExc_RuntimeError, "cannot start a timer: the interpreter is exiting");
         return -1;
     }
+    if (self->executor)
+        hwtimer_watch_thread_exit(self->state);
     DispatchObject *d = dispatch_new(self);
     if (!d)
         return -1;
@@ -202,6 +210,9 @@ int hwtimer_timer_start(TimerObject *self)
         return -1;
     }
     self->dispatcher = (PyObject *)d;
+    /* Running from here: a stop() while Thread.start() lets go of the GIL
+       stops the worker, and the dispatch thread exits as soon as it runs. */
+    live_add(self);
     PyObject *run = PyObject_GetAttrString((PyObject *)d, "run");
     PyObject *kwargs =
         run ? Py_BuildValue("{s:O,s:O,s:O}", "target", run, "name", d->name, "daemon", Py_True)
@@ -218,18 +229,18 @@ int hwtimer_timer_start(TimerObject *self)
         /* no dispatch thread: take the worker down again */
         PyObject *type, *value, *tb;
         PyErr_Fetch(&type, &value, &tb);
+        live_remove(self);
         hwt_timeout *left;
         Py_BEGIN_ALLOW_THREADS
         left = hwt_timer_stop(self->core);
         Py_END_ALLOW_THREADS
         hwtimer_release_chain(left);
         hwtimer_release_chain(hwt_sink_take(hwt_timer_default_sink(self->core)));
-        d->done = true;
+        dispatch_mark_done(d);
         PyErr_Restore(type, value, tb);
         return -1;
     }
     Py_DECREF(r);
-    live_add(self);
     return 0;
 }
 
@@ -253,7 +264,7 @@ PyObject *hwtimer_timer_stop(TimerObject *self)
     if (hwt_timer_orphaned(self->core)) {
         /* a fork child: no dispatch thread came along to run these */
         hwtimer_release_chain(hwt_sink_take(hwt_timer_default_sink(self->core)));
-        d->done = true;
+        dispatch_mark_done(d);
     } else {
         dispatch_wait_done(d);
     }
@@ -304,14 +315,14 @@ static PyObject *timer_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
 
     double tick = 0.1;
     if (tick_o && hwtimer_parse_seconds(st, tick_o, "tick_duration", &tick) < 0) {
-        if (PyLong_Check(tick_o) && PyErr_ExceptionMatches(PyExc_OverflowError)) {
+        if (PyIndex_Check(tick_o) && PyErr_ExceptionMatches(PyExc_OverflowError)) {
             PyErr_Clear();
             tick = Py_HUGE_VAL; /* an int too large for a double: far too long */
         } else {
             return NULL;
         }
     }
-    if (!(tick > 0) || (isinf(tick) && !PyLong_Check(tick_o))) {
+    if (!(tick > 0) || (isinf(tick) && !PyIndex_Check(tick_o))) {
         PyErr_Format(PyExc_ValueError, "tick_duration must be > 0 and finite, not %R", tick_o);
         return NULL;
     }

@@ -72,27 +72,27 @@ def test_stats_has_every_documented_key(make_timer):
 
 def test_stats_arithmetic_once_settled(make_timer):
     timer = make_timer(0.005, 64)
-    fired = threading.Event()
-    count = 0
+    fired = 0
+    lock = threading.Lock()
 
     def task(_t):
-        nonlocal count
-        count += 1
-        if count == 60:
-            fired.set()
+        nonlocal fired
+        with lock:
+            fired += 1
 
     timeouts = [timer.new_timeout(task, 0.001 * (i % 20)) for i in range(100)]
+    # some of these may fire before their cancel on a slow machine
     cancelled = sum(t.cancel() for t in timeouts[60:])
     far = [timer.new_timeout(task, 3600) for _ in range(5)]
-    assert fired.wait(10)
+    assert wait_for(lambda: fired == 100 - cancelled)
     assert wait_for(lambda: timer.stats()["cancelled"] == cancelled)
     s = timer.stats()
     assert s["scheduled"] == 105
-    assert s["expired"] == 60 and count == 60
+    assert s["expired"] == fired == 100 - cancelled
     assert s["pending"] == len(far) == timer.pending_timeouts()
     assert s["scheduled"] == s["pending"] + s["expired"] + s["cancelled"]
     assert s["ticks"] >= 1
-    assert 1 <= s["max_expired_per_tick"] <= 60
+    assert 1 <= s["max_expired_per_tick"] <= fired
 
 
 def test_stats_count_rejections_and_task_errors(make_timer):
