@@ -1,0 +1,169 @@
+"""Shared fixtures and helpers for hwtimer's tests.
+
+Every timer a test starts must be stopped, or the suite leaks native
+threads: take timers from the `make_timer` factory (or the `timer`
+fixture), which stops them all when the test ends and then checks that
+their worker and dispatch threads are gone.
+
+Bounds are generous on purpose: the suite must pass on a busy two-core
+machine, so something expected within 50 ms is waited for up to 10 s.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+
+import hwtimer
+
+#: How long to wait for something that should happen "soon".
+DEADLINE = 10.0
+
+#: The directory that holds the hwtimer package under test, for subprocesses.
+PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(hwtimer.__file__)))
+
+
+def wait_for(
+    condition: Callable[[], object], timeout: float = DEADLINE, interval: float = 0.002
+) -> bool:
+    """Polls `condition` until it is true or `timeout` seconds pass.
+
+    Returns whether it became true; callers assert on it.
+    """
+    end = time.monotonic() + timeout
+    while True:
+        if condition():
+            return True
+        if time.monotonic() >= end:
+            return bool(condition())
+        time.sleep(interval)
+
+
+def native_thread_names() -> list[str]:
+    """The names (comm) of this process's native threads, as ps -T shows them."""
+    names = []
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm", "rb") as f:
+                names.append(f.read().rstrip(b"\n").decode("utf-8", "replace"))
+        except OSError:  # the thread exited meanwhile (ENOENT, ESRCH)
+            pass
+    return names
+
+
+def native_name(name: str) -> str:
+    """What Linux keeps of a thread name: at most 15 bytes, whole characters."""
+    raw = name.encode("utf-8")[:15]
+    return raw.decode("utf-8", "ignore")
+
+
+def collect_until(ref: Callable[[], object], timeout: float = DEADLINE) -> bool:
+    """Runs the cyclic GC until the weak reference `ref` is dead."""
+
+    def dead() -> bool:
+        gc.collect()
+        return ref() is None
+
+    return wait_for(dead, timeout, interval=0.01)
+
+
+class Counter:
+    """A task that counts its calls and remembers each Timeout it got."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.calls: list[hwtimer.Timeout] = []
+        self.times: list[float] = []
+        self.threads: list[str] = []
+
+    def __call__(self, timeout: hwtimer.Timeout) -> None:
+        now = time.monotonic()
+        with self.lock:
+            self.calls.append(timeout)
+            self.times.append(now)
+            self.threads.append(threading.current_thread().name)
+
+    @property
+    def count(self) -> int:
+        return len(self.calls)
+
+    def wait(self, n: int = 1, timeout: float = DEADLINE) -> bool:
+        return wait_for(lambda: self.count >= n, timeout)
+
+
+def run_python(
+    code: str,
+    timeout: float = 60.0,
+    env: dict | None = None,
+    args: tuple[str, ...] = (),
+    argv: tuple[str, ...] = (),
+) -> subprocess.CompletedProcess:
+    """Runs `code` in a fresh interpreter with hwtimer importable;
+    `args` go to the interpreter, `argv` to the code (sys.argv[1:]).
+
+    The test fails (instead of hanging) if it does not finish in `timeout`.
+    """
+    full_env = dict(os.environ)
+    full_env["PYTHONPATH"] = PACKAGE_ROOT + os.pathsep + full_env.get("PYTHONPATH", "")
+    full_env.pop("PYTHONWARNINGS", None)
+    full_env.pop("PYTHONDEVMODE", None)
+    if env:
+        full_env.update(env)
+    try:
+        return subprocess.run(
+            [sys.executable, *args, "-c", textwrap.dedent(code), *argv],
+            env=full_env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+    except subprocess.TimeoutExpired as e:
+        pytest.fail(
+            f"subprocess did not finish in {timeout} s (a hang?)\n"
+            f"stdout: {e.stdout!r}\nstderr: {e.stderr!r}"
+        )
+
+
+def _threads_of(names: set[str]) -> list[str]:
+    natives = {native_name(n) for n in names} | {native_name(n + "-dispatch") for n in names}
+    found = [n for n in native_thread_names() if n in natives]
+    found += [t.name for t in threading.enumerate() if t.name in {n + "-dispatch" for n in names}]
+    return found
+
+
+@pytest.fixture
+def make_timer() -> Iterator[Callable[..., hwtimer.HashedWheelTimer]]:
+    """A factory of HashedWheelTimer (same arguments) whose timers are all
+    stopped when the test ends; the test then fails if any of their
+    threads is still alive.  Defaults to a 10 ms tick."""
+    timers: list[hwtimer.HashedWheelTimer] = []
+
+    def factory(
+        tick_duration: object = 0.01, ticks_per_wheel: object = 64, **kwargs: object
+    ) -> hwtimer.HashedWheelTimer:
+        timer = hwtimer.HashedWheelTimer(tick_duration, ticks_per_wheel, **kwargs)
+        timers.append(timer)
+        return timer
+
+    yield factory
+    names = set()
+    for timer in timers:
+        names.add(timer.thread_name)
+        timer.stop()
+    assert wait_for(lambda: not _threads_of(names)), (
+        f"threads of stopped timers still alive: {_threads_of(names)}"
+    )
+
+
+@pytest.fixture
+def timer(make_timer: Callable[..., hwtimer.HashedWheelTimer]) -> hwtimer.HashedWheelTimer:
+    """A timer with a 10 ms tick and 64 buckets, stopped after the test."""
+    return make_timer()

@@ -1,0 +1,625 @@
+"""Bad input, table-driven: every public argument with wrong types and
+values gets a clear TypeError/ValueError (or its documented outcome),
+nothing is scheduled by a refused call, and the timer keeps working.
+Also tasks that misbehave: raising KeyboardInterrupt or SystemExit,
+dropping the last reference to their own timer."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import datetime
+import decimal
+import enum
+import fractions
+import logging
+import threading
+import time
+import weakref
+
+import pytest
+from conftest import DEADLINE, Counter, collect_until, native_thread_names, wait_for
+
+from hwtimer import HashedWheelTimer, Timeout
+
+NAN = float("nan")
+INF = float("inf")
+
+
+class MyInt(int):
+    pass
+
+
+class MyFloat(float):
+    pass
+
+
+class MyStr(str):
+    pass
+
+
+class MyTimedelta(datetime.timedelta):
+    pass
+
+
+class Color(enum.IntEnum):
+    ZERO = 0
+    EIGHT = 8
+
+
+class HasFloat:
+    def __init__(self, value: float) -> None:
+        self.value = value
+
+    def __float__(self) -> float:
+        return self.value
+
+
+class HasIndex:
+    def __init__(self, value: int) -> None:
+        self.value = value
+
+    def __index__(self) -> int:
+        return self.value
+
+
+class RaisesFloat:
+    """An object whose __float__ raises a given exception."""
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+    def __float__(self) -> float:
+        raise self.exc
+
+
+class RaisesIndex:
+    """An object whose __index__ raises a given exception."""
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+    def __index__(self) -> int:
+        raise self.exc
+
+
+def raising(exc: BaseException, index: bool) -> object:
+    return RaisesIndex(exc) if index else RaisesFloat(exc)
+
+
+class FloatReturnsStr:
+    def __float__(self):
+        return "0.5"
+
+
+class IndexReturnsFloat:
+    def __index__(self):
+        return 0.5
+
+
+def noop(timeout: Timeout) -> None:
+    pass
+
+
+# ---- the constructor ----
+
+CONSTRUCTOR_ERRORS = [
+    # tick_duration: TypeError for a non-number, ValueError for <= 0, NaN, inf, overflow
+    ("tick_duration-bool-True", {"tick_duration": True}, TypeError),
+    ("tick_duration-bool-False", {"tick_duration": False}, TypeError),
+    ("tick_duration-None", {"tick_duration": None}, TypeError),
+    ("tick_duration-str", {"tick_duration": "0.1"}, TypeError),
+    ("tick_duration-bytes", {"tick_duration": b"0.1"}, TypeError),
+    ("tick_duration-list", {"tick_duration": [0.1]}, TypeError),
+    ("tick_duration-complex", {"tick_duration": 0.1j}, TypeError),
+    ("tick_duration-object", {"tick_duration": object()}, TypeError),
+    ("tick_duration-zero", {"tick_duration": 0}, ValueError),
+    ("tick_duration-zero-float", {"tick_duration": 0.0}, ValueError),
+    ("tick_duration-negative-zero", {"tick_duration": -0.0}, ValueError),
+    ("tick_duration-negative", {"tick_duration": -0.1}, ValueError),
+    ("tick_duration-negative-int", {"tick_duration": -1}, ValueError),
+    ("tick_duration-nan", {"tick_duration": NAN}, ValueError),
+    ("tick_duration-inf", {"tick_duration": INF}, ValueError),
+    ("tick_duration--inf", {"tick_duration": -INF}, ValueError),
+    ("tick_duration-1e300", {"tick_duration": 1e300}, ValueError),
+    ("tick_duration-huge-int-10**100", {"tick_duration": 10**100}, ValueError),
+    ("tick_duration-huge-int-10**400", {"tick_duration": 10**400}, ValueError),
+    ("tick_duration-huge-myint-10**400", {"tick_duration": MyInt(10**400)}, ValueError),
+    ("tick_duration-negative-huge-int", {"tick_duration": -(10**100)}, ValueError),
+    ("tick_duration-myfloat-nan", {"tick_duration": MyFloat(NAN)}, ValueError),
+    ("tick_duration-myfloat-negative", {"tick_duration": MyFloat(-1.0)}, ValueError),
+    ("tick_duration-myint-zero", {"tick_duration": MyInt(0)}, ValueError),
+    ("tick_duration-timedelta-zero", {"tick_duration": datetime.timedelta(0)}, ValueError),
+    ("tick_duration-timedelta-negative", {"tick_duration": datetime.timedelta(-1)}, ValueError),
+    ("tick_duration-timedelta-max", {"tick_duration": datetime.timedelta.max}, ValueError),
+    ("tick_duration-decimal-nan", {"tick_duration": decimal.Decimal("NaN")}, ValueError),
+    ("tick_duration-float-returns-str", {"tick_duration": FloatReturnsStr()}, TypeError),
+    # ticks_per_wheel: TypeError for a non-int, ValueError for <= 0 or > 2**30
+    ("ticks_per_wheel-bool", {"ticks_per_wheel": True}, TypeError),
+    ("ticks_per_wheel-None", {"ticks_per_wheel": None}, TypeError),
+    ("ticks_per_wheel-float", {"ticks_per_wheel": 8.0}, TypeError),
+    ("ticks_per_wheel-myfloat", {"ticks_per_wheel": MyFloat(8.0)}, TypeError),
+    ("ticks_per_wheel-str", {"ticks_per_wheel": "8"}, TypeError),
+    ("ticks_per_wheel-nan", {"ticks_per_wheel": NAN}, TypeError),
+    ("ticks_per_wheel-inf", {"ticks_per_wheel": INF}, TypeError),
+    ("ticks_per_wheel-timedelta", {"ticks_per_wheel": datetime.timedelta(1)}, TypeError),
+    ("ticks_per_wheel-decimal", {"ticks_per_wheel": decimal.Decimal(8)}, TypeError),
+    ("ticks_per_wheel-float-only", {"ticks_per_wheel": HasFloat(8.0)}, TypeError),
+    ("ticks_per_wheel-zero", {"ticks_per_wheel": 0}, ValueError),
+    ("ticks_per_wheel-negative", {"ticks_per_wheel": -1}, ValueError),
+    ("ticks_per_wheel-myint-negative", {"ticks_per_wheel": MyInt(-8)}, ValueError),
+    ("ticks_per_wheel-too-large", {"ticks_per_wheel": 2**30 + 1}, ValueError),
+    ("ticks_per_wheel-huge", {"ticks_per_wheel": 10**100}, ValueError),
+    ("ticks_per_wheel-negative-huge", {"ticks_per_wheel": -(10**100)}, ValueError),
+    ("ticks_per_wheel-index-huge", {"ticks_per_wheel": HasIndex(2**64)}, ValueError),
+    ("ticks_per_wheel-index-returns-float", {"ticks_per_wheel": IndexReturnsFloat()}, TypeError),
+    # max_pending_timeouts: TypeError for a non-int
+    ("max_pending-bool", {"max_pending_timeouts": True}, TypeError),
+    ("max_pending-float", {"max_pending_timeouts": 10.0}, TypeError),
+    ("max_pending-nan", {"max_pending_timeouts": NAN}, TypeError),
+    ("max_pending-inf", {"max_pending_timeouts": INF}, TypeError),
+    ("max_pending-str", {"max_pending_timeouts": "10"}, TypeError),
+    ("max_pending-None", {"max_pending_timeouts": None}, TypeError),
+    ("max_pending-float-only", {"max_pending_timeouts": HasFloat(10.0)}, TypeError),
+    # thread_name: TypeError for a non-str, ValueError for what cannot be a name
+    ("thread_name-bytes", {"thread_name": b"name"}, TypeError),
+    ("thread_name-int", {"thread_name": 1}, TypeError),
+    ("thread_name-bool", {"thread_name": True}, TypeError),
+    ("thread_name-list", {"thread_name": ["name"]}, TypeError),
+    ("thread_name-nul", {"thread_name": "bad\0name"}, ValueError),
+    ("thread_name-surrogate", {"thread_name": "bad\ud800name"}, ValueError),
+    # executor: TypeError without a submit()
+    ("executor-object", {"executor": object()}, TypeError),
+    ("executor-int", {"executor": 1}, TypeError),
+    ("executor-str", {"executor": "pool"}, TypeError),
+    ("executor-function", {"executor": print}, TypeError),
+    ("executor-bool", {"executor": True}, TypeError),
+    # wrong calls
+    ("unknown-keyword", {"tick": 0.1}, TypeError),
+]
+
+
+@pytest.mark.parametrize(
+    "kwargs, exc", [c[1:] for c in CONSTRUCTOR_ERRORS], ids=[c[0] for c in CONSTRUCTOR_ERRORS]
+)
+def test_constructor_bad_values(kwargs, exc) -> None:
+    threads_before = len(native_thread_names())
+    with pytest.raises(exc) as info:
+        HashedWheelTimer(**kwargs)
+    assert type(info.value) is exc or issubclass(type(info.value), exc)
+    assert str(info.value)  # a message that says what is wrong
+    assert len(native_thread_names()) <= threads_before
+
+
+def test_constructor_too_many_positional_arguments() -> None:
+    with pytest.raises(TypeError):
+        HashedWheelTimer(0.1, 512, 0)
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [ZeroDivisionError("float-boom"), LookupError("lookup-boom"), KeyboardInterrupt()],
+    ids=["ZeroDivisionError", "LookupError", "KeyboardInterrupt"],
+)
+@pytest.mark.parametrize("argument", ["tick_duration", "ticks_per_wheel", "max_pending_timeouts"])
+def test_constructor_conversion_errors_propagate(argument, exc) -> None:
+    bad = raising(exc, index=argument != "tick_duration")
+    with pytest.raises(type(exc)) as info:
+        HashedWheelTimer(**{argument: bad})
+    assert info.value is exc
+
+
+CONSTRUCTOR_ACCEPTED = [
+    ("tick_duration-myint", {"tick_duration": MyInt(1)}, "tick_duration", 1.0),
+    ("tick_duration-myfloat", {"tick_duration": MyFloat(0.5)}, "tick_duration", 0.5),
+    ("tick_duration-intenum", {"tick_duration": Color.EIGHT}, "tick_duration", 8.0),
+    ("tick_duration-has-float", {"tick_duration": HasFloat(0.25)}, "tick_duration", 0.25),
+    ("tick_duration-has-index", {"tick_duration": HasIndex(2)}, "tick_duration", 2.0),
+    ("tick_duration-decimal", {"tick_duration": decimal.Decimal("0.5")}, "tick_duration", 0.5),
+    ("tick_duration-fraction", {"tick_duration": fractions.Fraction(1, 4)}, "tick_duration", 0.25),
+    (
+        "tick_duration-timedelta-subclass",
+        {"tick_duration": MyTimedelta(milliseconds=50)},
+        "tick_duration",
+        0.05,
+    ),
+    ("ticks_per_wheel-myint", {"ticks_per_wheel": MyInt(100)}, "ticks_per_wheel", 128),
+    ("ticks_per_wheel-intenum", {"ticks_per_wheel": Color.EIGHT}, "ticks_per_wheel", 8),
+    ("ticks_per_wheel-has-index", {"ticks_per_wheel": HasIndex(5)}, "ticks_per_wheel", 8),
+    ("ticks_per_wheel-limit", {"ticks_per_wheel": 2**20}, "ticks_per_wheel", 2**20),
+    ("max_pending-myint", {"max_pending_timeouts": MyInt(5)}, "max_pending_timeouts", 5),
+    ("max_pending-has-index", {"max_pending_timeouts": HasIndex(5)}, "max_pending_timeouts", 5),
+    ("max_pending-intenum", {"max_pending_timeouts": Color.EIGHT}, "max_pending_timeouts", 8),
+    ("thread_name-subclass", {"thread_name": MyStr("sub-name")}, "thread_name", "sub-name"),
+    ("thread_name-None", {"thread_name": None}, None, None),
+    ("executor-None", {"executor": None}, None, None),
+]
+
+
+@pytest.mark.parametrize(
+    "kwargs, attr, expected",
+    [c[1:] for c in CONSTRUCTOR_ACCEPTED],
+    ids=[c[0] for c in CONSTRUCTOR_ACCEPTED],
+)
+def test_constructor_accepted(make_timer, kwargs, attr, expected) -> None:
+    kwargs = dict(kwargs)
+    timer = make_timer(
+        kwargs.pop("tick_duration", 0.01), kwargs.pop("ticks_per_wheel", 64), **kwargs
+    )
+    if attr is not None:
+        assert getattr(timer, attr) == pytest.approx(expected)
+    if timer.tick_duration <= 0.5:
+        task = Counter()
+        timer.new_timeout(task, 0)
+        assert task.wait()
+
+
+@pytest.mark.parametrize("limit", [10**100, 2**63, 2**64, HasIndex(10**30)])
+def test_huge_max_pending_is_no_limit_in_practice(make_timer, limit) -> None:
+    timer = make_timer(max_pending_timeouts=limit)
+    assert timer.max_pending_timeouts >= 2**62
+    timeouts = [timer.new_timeout(noop, 60) for _ in range(1000)]
+    assert timer.pending_timeouts() == 1000
+    for t in timeouts:
+        t.cancel()
+
+
+@pytest.mark.parametrize("limit", [-(10**100), -1, MyInt(-5)])
+def test_negative_max_pending_is_no_limit(make_timer, limit) -> None:
+    timer = make_timer(max_pending_timeouts=limit)
+    assert timer.max_pending_timeouts <= 0
+    timeouts = [timer.new_timeout(noop, 60) for _ in range(1000)]
+    assert timer.pending_timeouts() == 1000
+    for t in timeouts:
+        t.cancel()
+
+
+# ---- new_timeout(): refused calls schedule nothing ----
+
+
+def assert_nothing_scheduled_and_still_working(timer, before_pending, before_scheduled) -> None:
+    assert timer.pending_timeouts() == before_pending
+    assert timer.stats()["scheduled"] == before_scheduled
+    task = Counter()
+    timeout = timer.new_timeout(task, 0)
+    assert task.wait()
+    assert task.calls == [timeout]
+
+
+@pytest.fixture
+def busy_timer(timer):
+    """A started timer that already holds a few pending timeouts."""
+    timer.new_timeout(noop, 60)
+    timer.new_timeout(noop, 120)
+    return timer
+
+
+BAD_DELAYS = [
+    ("bool-True", True, TypeError),
+    ("bool-False", False, TypeError),
+    ("None", None, TypeError),
+    ("str", "1", TypeError),
+    ("mystr", MyStr("1"), TypeError),
+    ("bytes", b"1", TypeError),
+    ("list", [1], TypeError),
+    ("dict", {}, TypeError),
+    ("complex", 1j, TypeError),
+    ("object", object(), TypeError),
+    ("function", noop, TypeError),
+    ("float-returns-str", FloatReturnsStr(), TypeError),
+    ("index-returns-float", IndexReturnsFloat(), TypeError),
+    ("date", datetime.date(2020, 1, 1), TypeError),
+    ("nan", NAN, ValueError),
+    ("negative-nan", -NAN, ValueError),
+    ("myfloat-nan", MyFloat(NAN), ValueError),
+    ("has-float-nan", HasFloat(NAN), ValueError),
+    ("decimal-nan", decimal.Decimal("NaN"), ValueError),
+    ("decimal-snan", decimal.Decimal("sNaN"), ValueError),
+]
+
+
+@pytest.mark.parametrize("delay, exc", [c[1:] for c in BAD_DELAYS], ids=[c[0] for c in BAD_DELAYS])
+def test_bad_delay(busy_timer, delay, exc) -> None:
+    timer = busy_timer
+    pending, scheduled = timer.pending_timeouts(), timer.stats()["scheduled"]
+    task = Counter()
+    with pytest.raises(exc) as info:
+        timer.new_timeout(task, delay)
+    assert str(info.value)
+    time.sleep(0.03)
+    assert task.count == 0
+    assert_nothing_scheduled_and_still_working(timer, pending, scheduled)
+
+
+CONVERSION_ERRORS = [
+    ("ZeroDivisionError-from-__float__", ZeroDivisionError("float-boom"), False),
+    ("LookupError-from-__float__", LookupError("lookup-boom"), False),
+    ("ValueError-from-__float__", ValueError("value-boom"), False),
+    ("KeyboardInterrupt-from-__float__", KeyboardInterrupt(), False),
+    ("ZeroDivisionError-from-__index__", ZeroDivisionError("index-boom"), True),
+    ("RuntimeError-from-__index__", RuntimeError("index-boom"), True),
+    ("overflow-from-__float__", OverflowError("mine"), False),
+]
+
+
+@pytest.mark.parametrize(
+    "exc, index", [c[1:] for c in CONVERSION_ERRORS], ids=[c[0] for c in CONVERSION_ERRORS]
+)
+def test_delay_conversion_errors_propagate(busy_timer, exc, index) -> None:
+    timer = busy_timer
+    pending, scheduled = timer.pending_timeouts(), timer.stats()["scheduled"]
+    with pytest.raises(type(exc)) as info:
+        timer.new_timeout(noop, raising(exc, index))
+    assert info.value is exc
+    assert_nothing_scheduled_and_still_working(timer, pending, scheduled)
+
+
+BAD_TASKS = [
+    ("None", None),
+    ("int", 1),
+    ("str", "noop"),
+    ("object", object()),
+    ("list", [noop]),
+]
+
+
+@pytest.mark.parametrize("task", [c[1] for c in BAD_TASKS], ids=[c[0] for c in BAD_TASKS])
+def test_task_not_callable(busy_timer, task) -> None:
+    timer = busy_timer
+    pending, scheduled = timer.pending_timeouts(), timer.stats()["scheduled"]
+    with pytest.raises(TypeError) as info:
+        timer.new_timeout(task, 0)
+    assert "callable" in str(info.value)
+    assert_nothing_scheduled_and_still_working(timer, pending, scheduled)
+
+
+def test_bad_task_and_bad_delay_schedule_nothing_on_a_fresh_timer(make_timer) -> None:
+    timer = make_timer()
+    for args in [(None, 0), (noop, None), (noop, NAN), (noop, True)]:
+        with pytest.raises((TypeError, ValueError)):
+            timer.new_timeout(*args)
+    assert timer.pending_timeouts() == 0
+    assert timer.stop() == []
+
+
+BAD_CALLS = [
+    ("no-arguments", (), {}),
+    ("missing-delay", (noop,), {}),
+    ("missing-task", (), {"delay": 1}),
+    ("too-many", (noop, 1, 2), {}),
+    ("unknown-keyword", (noop, 1), {"when": 1}),
+    ("unknown-keyword-only", (), {"task": noop, "delay": 1, "extra": 1}),
+    ("task-twice", (noop,), {"task": noop, "delay": 1}),
+    ("delay-twice", (noop, 1), {"delay": 1}),
+]
+
+
+@pytest.mark.parametrize("args, kwargs", [c[1:] for c in BAD_CALLS], ids=[c[0] for c in BAD_CALLS])
+def test_new_timeout_bad_calls(busy_timer, args, kwargs) -> None:
+    timer = busy_timer
+    pending, scheduled = timer.pending_timeouts(), timer.stats()["scheduled"]
+    with pytest.raises(TypeError):
+        timer.new_timeout(*args, **kwargs)
+    assert_nothing_scheduled_and_still_working(timer, pending, scheduled)
+
+
+@pytest.mark.parametrize("method", ["start", "stop", "pending_timeouts", "stats", "__enter__"])
+def test_timer_methods_take_no_arguments(busy_timer, method) -> None:
+    timer = busy_timer
+    pending = timer.pending_timeouts()
+    with pytest.raises(TypeError):
+        getattr(timer, method)(1)
+    assert_nothing_scheduled_and_still_working(timer, pending, timer.stats()["scheduled"])
+
+
+@pytest.mark.parametrize("method", ["cancel", "is_cancelled", "is_expired"])
+def test_timeout_methods_take_no_arguments(timer, method) -> None:
+    timeout = timer.new_timeout(noop, 60)
+    with pytest.raises(TypeError):
+        getattr(timeout, method)(True)
+    assert not timeout.is_cancelled()
+    assert timer.pending_timeouts() == 1
+
+
+# ---- delays with a documented outcome ----
+
+SOON = [
+    ("zero", 0),
+    ("negative", -1),
+    ("negative-zero", -0.0),
+    ("-inf", -INF),
+    ("negative-huge-int", -(10**100)),
+    ("negative-1e300", -1e300),
+    ("myint", MyInt(0)),
+    ("myfloat-negative", MyFloat(-1.5)),
+    ("intenum", Color.ZERO),
+    ("decimal", decimal.Decimal("0.01")),
+    ("fraction", fractions.Fraction(1, 100)),
+    ("has-float", HasFloat(0.01)),
+    ("has-index", HasIndex(0)),
+    ("has-index-negative-huge", HasIndex(-(10**400))),
+    ("timedelta", datetime.timedelta(milliseconds=10)),
+    ("timedelta-negative", datetime.timedelta(days=-1)),
+    ("timedelta-min", datetime.timedelta.min),
+    ("timedelta-subclass", MyTimedelta(milliseconds=10)),
+]
+
+
+@pytest.mark.parametrize("delay", [c[1] for c in SOON], ids=[c[0] for c in SOON])
+def test_delay_fires_soon(timer, delay) -> None:
+    task = Counter()
+    timeout = timer.new_timeout(task, delay)
+    assert timeout.deadline != INF
+    assert task.wait()
+    assert task.calls == [timeout]
+    assert task.times[0] >= timeout.deadline
+
+
+NEVER = [
+    ("inf", INF),
+    ("myfloat-inf", MyFloat(INF)),
+    ("1e300", 1e300),
+    ("max-float", 1.7976931348623157e308),
+    ("huge-int-10**100", 10**100),
+    ("huge-int-10**400", 10**400),
+    ("myint-10**400", MyInt(10**400)),
+    ("int64-max", 2**63 - 1),
+    ("decimal-infinity", decimal.Decimal("Infinity")),
+    ("has-float-inf", HasFloat(INF)),
+    ("has-index-huge", HasIndex(10**400)),
+    ("timedelta-max", datetime.timedelta.max),
+]
+
+
+@pytest.mark.parametrize("delay", [c[1] for c in NEVER], ids=[c[0] for c in NEVER])
+def test_delay_never_fires(timer, delay) -> None:
+    task = Counter()
+    timeout = timer.new_timeout(task, delay)
+    assert timeout.deadline == INF
+    assert timer.pending_timeouts() == 1
+    probe = Counter()
+    timer.new_timeout(probe, 0)
+    assert probe.wait()
+    time.sleep(0.05)
+    assert task.count == 0
+    assert timer.stop() == [timeout]
+
+
+# ---- misbehaving tasks ----
+
+
+@pytest.mark.parametrize("exc_type", [KeyboardInterrupt, SystemExit, GeneratorExit])
+def test_task_raising_base_exception_is_logged_and_timer_goes_on(timer, caplog, exc_type) -> None:
+    caplog.set_level(logging.WARNING, logger="hwtimer")
+
+    def task(timeout: Timeout) -> None:
+        raise exc_type("from-a-task")
+
+    for _ in range(3):
+        timer.new_timeout(task, 0)
+    assert wait_for(lambda: len([r for r in caplog.records if r.name == "hwtimer"]) >= 3)
+    records = [r for r in caplog.records if r.name == "hwtimer"]
+    assert len(records) == 3
+    for record in records:
+        assert record.levelno == logging.WARNING
+        assert record.exc_info and isinstance(record.exc_info[1], exc_type)
+    follow = Counter()
+    timer.new_timeout(follow, 0.01)
+    assert follow.wait()
+    assert timer.stats()["task_errors"] == 3
+    # the dispatch thread is alive and the main thread was not interrupted
+    assert any(t.name == timer.thread_name + "-dispatch" for t in threading.enumerate())
+
+
+def test_task_with_wrong_signature_is_logged(timer, caplog) -> None:
+    caplog.set_level(logging.WARNING, logger="hwtimer")
+    timer.new_timeout(lambda: None, 0)
+    assert wait_for(lambda: any(r.name == "hwtimer" for r in caplog.records))
+    record = next(r for r in caplog.records if r.name == "hwtimer")
+    assert isinstance(record.exc_info[1], TypeError)
+    follow = Counter()
+    timer.new_timeout(follow, 0)
+    assert follow.wait()
+
+
+def test_task_dropping_last_reference_to_its_timer() -> None:
+    holder = {}
+    done = threading.Event()
+
+    def task(timeout: Timeout) -> None:
+        holder.clear()  # the last reference to the timer outside hwtimer
+        done.set()
+
+    holder["timer"] = HashedWheelTimer(0.01, thread_name="self-drop")
+    holder["timer"].new_timeout(task, 0.02)
+    ref = weakref.ref(holder["timer"])
+    with pytest.warns(ResourceWarning) as caught:
+        assert done.wait(DEADLINE)
+        assert wait_for(caught.__len__)
+    del caught  # its records held the timer
+    assert collect_until(ref)
+    assert wait_for(lambda: "self-drop" not in native_thread_names())
+    assert wait_for(
+        lambda: not [t for t in threading.enumerate() if t.name.startswith("self-drop")]
+    )
+    # timers go on working
+    with HashedWheelTimer(0.01) as timer:
+        follow = Counter()
+        timer.new_timeout(follow, 0)
+        assert follow.wait()
+
+
+def test_task_dropping_last_reference_loses_nothing_pending() -> None:
+    holder = {}
+    fired = Counter()
+
+    def task(timeout: Timeout) -> None:
+        holder.clear()
+
+    holder["timer"] = HashedWheelTimer(0.01, thread_name="drop-pending")
+    holder["timer"].new_timeout(task, 0)
+    expected = 20
+    for i in range(expected):
+        holder["timer"].new_timeout(lambda t: fired(None), 0.05 + i * 0.01)
+    ref = weakref.ref(holder["timer"])
+    with pytest.warns(ResourceWarning) as caught:
+        assert fired.wait(expected)
+        assert wait_for(caught.__len__)
+    del caught
+    assert collect_until(ref)
+    assert fired.count == expected
+    assert wait_for(lambda: "drop-pending" not in native_thread_names())
+
+
+def test_task_on_executor_dropping_last_reference_to_its_timer() -> None:
+    holder = {}
+    done = threading.Event()
+
+    def task(timeout: Timeout) -> None:
+        holder.clear()
+        done.set()
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        holder["timer"] = HashedWheelTimer(0.01, thread_name="exec-drop", executor=pool)
+        holder["timer"].new_timeout(task, 0)
+        ref = weakref.ref(holder["timer"])
+        with pytest.warns(ResourceWarning) as caught:
+            assert done.wait(DEADLINE)
+            assert wait_for(caught.__len__)
+        del caught
+        assert collect_until(ref)
+    assert wait_for(lambda: "exec-drop" not in native_thread_names())
+
+
+def test_task_that_raises_and_drops_its_timer() -> None:
+    # The log record would keep the timeout, and so the timer, alive: keep
+    # only a summary of it.
+    seen = []
+
+    class Summary(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append((record.levelno, record.exc_info[0] if record.exc_info else None))
+
+    logger = logging.getLogger("hwtimer")
+    handler = Summary()
+    propagate = logger.propagate
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        holder = {}
+
+        def task(timeout: Timeout) -> None:
+            holder.clear()
+            raise KeyboardInterrupt
+
+        holder["timer"] = HashedWheelTimer(0.01)
+        holder["timer"].new_timeout(task, 0)
+        ref = weakref.ref(holder["timer"])
+        with pytest.warns(ResourceWarning) as caught:
+            assert wait_for(lambda: seen)
+            assert wait_for(caught.__len__)
+        del caught
+        assert collect_until(ref)
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate = propagate
+    assert seen == [(logging.WARNING, KeyboardInterrupt)]

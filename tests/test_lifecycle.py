@@ -1,0 +1,563 @@
+"""Lifetimes: interpreter exit and fork (in subprocesses, repeated), task
+references released once a timeout is done with, and memory that does not
+grow over many schedule/fire/cancel/stop cycles."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import gc
+import json
+import os
+import threading
+import time
+import weakref
+
+import pytest
+from conftest import DEADLINE, collect_until, run_python, wait_for
+
+from hwtimer import Timeout
+
+# ---- interpreter exit ----
+
+EXIT_WITH_PENDING = """
+    import random, sys, threading, time, warnings
+    import hwtimer
+
+    variant = sys.argv[1]
+    rng = random.Random(int(sys.argv[2]))
+    timer = hwtimer.HashedWheelTimer(0.001, 1024)
+
+    def noop(timeout):
+        pass
+
+    for i in range(50_000):
+        timer.new_timeout(noop, rng.uniform(0, 30))
+
+    if variant == "firing":
+        # tasks keep running (and scheduling more) while the interpreter exits
+        def again(timeout):
+            try:
+                timeout.timer.new_timeout(again, 0)
+                timeout.timer.new_timeout(noop, rng.uniform(0, 0.01))
+            except RuntimeError:
+                pass  # stopped at exit: refused, as documented
+        for _ in range(10):
+            timer.new_timeout(again, 0)
+        time.sleep(0.05)
+    elif variant == "task-running":
+        started = threading.Event()
+        def slow(timeout):
+            started.set()
+            time.sleep(0.3)
+        timer.new_timeout(slow, 0)
+        started.wait(10)
+    elif variant == "dropped":
+        # no reference left to the timer: its pending timeouts hold it
+        del timer
+    elif variant == "several":
+        others = [hwtimer.HashedWheelTimer(0.001) for _ in range(5)]
+        for t in others:
+            for i in range(1000):
+                t.new_timeout(noop, rng.uniform(0, 0.05))
+        hwtimer.default_timer().new_timeout(noop, 0.01)
+    elif variant == "daemon-thread":
+        # a daemon thread keeps scheduling while the interpreter exits
+        def produce():
+            while True:
+                try:
+                    timer.new_timeout(noop, rng.uniform(0, 0.01))
+                except RuntimeError:
+                    time.sleep(0.001)
+        threading.Thread(target=produce, daemon=True).start()
+        time.sleep(0.05)
+    print("ready", flush=True)
+"""
+
+EXIT_VARIANTS = ["pending", "firing", "task-running", "dropped", "several", "daemon-thread"]
+
+
+def test_exit_with_50k_pending_timeouts_ten_times() -> None:
+    for i in range(10):
+        variant = EXIT_VARIANTS[i % len(EXIT_VARIANTS)]
+        proc = run_python(EXIT_WITH_PENDING, timeout=60, argv=(variant, str(i)))
+        assert proc.returncode == 0, (variant, proc.returncode, proc.stderr)
+        assert proc.stdout == "ready\n", (variant, proc.stdout)
+        assert proc.stderr == "", (variant, proc.stderr)
+
+
+def test_exit_with_executor_tasks_in_flight() -> None:
+    code = """
+        import concurrent.futures, time, hwtimer
+        pool = concurrent.futures.ThreadPoolExecutor(2)
+        timer = hwtimer.HashedWheelTimer(0.001, executor=pool)
+        def task(timeout):
+            time.sleep(0.001)
+        for i in range(2000):
+            timer.new_timeout(task, i * 1e-4)
+        time.sleep(0.05)
+        print("ready", flush=True)
+    """
+    for _ in range(3):
+        proc = run_python(code, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout == "ready\n"
+        assert proc.stderr == ""
+
+
+# ---- fork ----
+
+FORK_PRELUDE = """
+    import os, sys, threading, time, warnings
+    # 3.12+ warns about fork() in a process with threads; that is the point
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+    import hwtimer
+
+    def wait_child(pid, timeout=30):
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                return os.waitstatus_to_exitcode(status)
+            time.sleep(0.01)
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        return "hang"
+
+    def fires(timer, delay=0.01, timeout=10):
+        ev = threading.Event()
+        timer.new_timeout(lambda t: ev.set(), delay)
+        return ev.wait(timeout)
+"""
+
+
+def test_forked_child_uses_timers_and_inherited_timer_is_refused() -> None:
+    code = (
+        FORK_PRELUDE
+        + """
+    parent_timer = hwtimer.HashedWheelTimer(0.01, thread_name="parent-timer")
+    pending = [parent_timer.new_timeout(lambda t: None, 60) for _ in range(3)]
+    assert fires(parent_timer)
+    parent_default = hwtimer.default_timer()
+    assert fires(parent_default)
+
+    pid = os.fork()
+    if pid == 0:
+        code = 0
+        try:
+            # the inherited timer has no worker here: refused, not hung
+            try:
+                parent_timer.new_timeout(lambda t: None, 0)
+            except RuntimeError:
+                pass
+            else:
+                code = 10
+            try:
+                parent_timer.start()
+            except RuntimeError:
+                pass
+            else:
+                code = 11
+            returned = parent_timer.stop()
+            if sorted(map(id, returned)) != sorted(map(id, pending)):
+                code = 12
+            if not all(t.is_cancelled() for t in returned):
+                code = 13
+            if parent_timer.stop() != []:
+                code = 14
+            # default_timer() is a new timer in the child, and it works
+            child_default = hwtimer.default_timer()
+            if child_default is parent_default:
+                code = 15
+            if hwtimer.default_timer() is not child_default:
+                code = 16
+            if not fires(child_default):
+                code = 17
+            # and so do new timers
+            with hwtimer.HashedWheelTimer(0.01) as timer:
+                if not fires(timer):
+                    code = 18
+                timer.new_timeout(lambda t: None, 60)
+        except BaseException:
+            import traceback
+            traceback.print_exc()
+            code = 19
+        sys.exit(code)  # a normal exit: the atexit hook runs in the child
+
+    status = wait_child(pid)
+    assert status == 0, status
+    # the parent's timers are unaffected
+    assert fires(parent_timer)
+    assert parent_timer.pending_timeouts() == 3
+    assert hwtimer.default_timer() is parent_default
+    assert len(parent_timer.stop()) == 3
+    print("ok", flush=True)
+"""
+    )
+    proc = run_python(code, timeout=90)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "ok\n"
+    assert proc.stderr == ""
+
+
+def test_forked_child_exits_without_stopping_inherited_timer() -> None:
+    code = (
+        FORK_PRELUDE
+        + """
+    timer = hwtimer.HashedWheelTimer(0.001)
+    for i in range(10_000):
+        timer.new_timeout(lambda t: None, 1 + i * 1e-4)
+    statuses = []
+    for _ in range(5):
+        pid = os.fork()
+        if pid == 0:
+            # neither stops it nor uses it: exit must still be clean
+            sys.exit(0)
+        statuses.append(wait_child(pid))
+    assert statuses == [0] * 5, statuses
+    print("ok", flush=True)
+"""
+    )
+    proc = run_python(code, timeout=90)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "ok\n"
+    assert proc.stderr == ""
+
+
+FORK_UNDER_LOAD = (
+    FORK_PRELUDE
+    + """
+    import random
+    rng = random.Random(int(sys.argv[1]))
+    timer = hwtimer.HashedWheelTimer(0.001, 256)
+    fired = [0]
+    def task(timeout):
+        fired[0] += 1
+        if fired[0] % 10 == 0:
+            try:
+                timer.new_timeout(task, rng.uniform(0, 0.01))
+            except RuntimeError:
+                pass
+    def produce(seed):
+        r = random.Random(seed)
+        while True:
+            try:
+                t = timer.new_timeout(task, r.uniform(0, 0.05))
+                if r.random() < 0.3:
+                    t.cancel()
+                t2 = hwtimer.default_timer().new_timeout(task, r.uniform(0, 0.02))
+            except RuntimeError:
+                return
+            time.sleep(0.0001)
+    for s in range(3):
+        threading.Thread(target=produce, args=(s,), daemon=True).start()
+    time.sleep(0.05)
+
+    statuses = []
+    for _ in range(4):
+        time.sleep(rng.uniform(0, 0.05))
+        pid = os.fork()
+        if pid == 0:
+            code = 0
+            try:
+                try:
+                    timer.new_timeout(task, 0)
+                    code = 20
+                except RuntimeError:
+                    pass
+                if not fires(hwtimer.default_timer()):
+                    code = 21
+                child = hwtimer.HashedWheelTimer(0.001)
+                ok = [0]
+                def count(t):
+                    ok[0] += 1
+                for i in range(1000):
+                    child.new_timeout(count, i * 1e-5)
+                end = time.monotonic() + 10
+                while ok[0] < 1000 and time.monotonic() < end:
+                    time.sleep(0.005)
+                if ok[0] != 1000:
+                    code = 22
+                for i in range(1000):
+                    child.new_timeout(count, 5)  # left pending at exit
+            except BaseException:
+                code = 23
+            if int(sys.argv[1]) % 2:
+                sys.exit(code)  # normal exit, atexit hooks and all
+            os._exit(code)
+        statuses.append(wait_child(pid))
+    assert statuses == [0] * 4, statuses
+    assert fired[0] > 0
+    print("ok", flush=True)
+    # and exit under load, without stopping anything
+"""
+)
+
+
+def test_fork_and_exit_under_load_repeated() -> None:
+    for i in range(5):
+        proc = run_python(FORK_UNDER_LOAD, timeout=120, argv=(str(i),))
+        assert proc.returncode == 0, (i, proc.stderr)
+        assert proc.stdout == "ok\n", (i, proc.stdout)
+        assert proc.stderr == "", (i, proc.stderr)
+
+
+# ---- task references ----
+
+
+class Task:
+    """A task that can be weakly referenced and says when it ran."""
+
+    def __init__(self) -> None:
+        self.ran = threading.Event()
+
+    def __call__(self, timeout: Timeout) -> None:
+        self.ran.set()
+
+
+def test_task_reference_released_after_fire(timer) -> None:
+    task = Task()
+    ran = task.ran
+    ref = weakref.ref(task)
+    timer.new_timeout(task, 0.01)
+    del task
+    assert ran.wait(DEADLINE)
+    assert collect_until(ref)
+
+
+def test_task_reference_released_after_cancel(timer) -> None:
+    task = Task()
+    ref = weakref.ref(task)
+    timeout = timer.new_timeout(task, 60)
+    assert timeout.cancel()
+    del task, timeout
+    assert collect_until(ref)
+    assert wait_for(lambda: timer.pending_timeouts() == 0)
+
+
+def test_task_reference_released_after_stop(timer) -> None:
+    task = Task()
+    ref = weakref.ref(task)
+    timer.new_timeout(task, 60)
+    del task
+    gc.collect()
+    assert ref() is not None  # pending: the wheel holds it
+    returned = timer.stop()
+    assert len(returned) == 1
+    del returned
+    assert collect_until(ref)
+
+
+def test_pending_task_is_kept_alive_by_the_wheel(timer) -> None:
+    task = Task()
+    ref = weakref.ref(task)
+    timer.new_timeout(task, 0.3)
+    del task
+    gc.collect()
+    assert ref() is not None
+    assert ref().ran.wait(DEADLINE)
+    assert collect_until(ref)
+
+
+def test_task_reference_released_with_timeout_kept(timer) -> None:
+    # The user's Timeout keeps its task readable; the timer holds neither.
+    task = Task()
+    ref = weakref.ref(task)
+    kept = timer.new_timeout(task, 0)
+    del task
+    assert ref().ran.wait(DEADLINE)
+    assert wait_for(kept.is_expired)
+    gc.collect()
+    assert kept.task is ref()
+    del kept
+    assert collect_until(ref)
+
+
+def test_cycle_through_task_and_timeout_is_collected(timer) -> None:
+    class SelfRef:
+        def __init__(self) -> None:
+            self.timeout = None
+            self.ran = threading.Event()
+
+        def __call__(self, timeout: Timeout) -> None:
+            self.ran.set()
+
+    fired = SelfRef()
+    fired.timeout = timer.new_timeout(fired, 0)  # task -> timeout -> task
+    cancelled = SelfRef()
+    cancelled.timeout = timer.new_timeout(cancelled, 60)
+    assert cancelled.timeout.cancel()
+    refs = [weakref.ref(fired), weakref.ref(cancelled)]
+    assert fired.ran.wait(DEADLINE)
+    del fired, cancelled
+    assert wait_for(lambda: timer.pending_timeouts() == 0)
+    for ref in refs:
+        assert collect_until(ref)
+
+
+def test_task_reference_released_after_executor_ran_it(make_timer) -> None:
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        timer = make_timer(executor=pool)
+        task = Task()
+        ran = task.ran
+        ref = weakref.ref(task)
+        timer.new_timeout(task, 0)
+        del task
+        assert ran.wait(DEADLINE)
+        assert collect_until(ref)
+        timer.stop()
+
+
+def test_many_released_tasks(timer) -> None:
+    refs = []
+    keep = []
+    for i in range(2000):
+        task = Task()
+        refs.append(weakref.ref(task))
+        timeout = timer.new_timeout(task, (i % 20) * 0.002 if i % 2 else 60)
+        if i % 2 == 0:
+            keep.append(timeout)
+    for timeout in keep:
+        assert timeout.cancel()
+    del keep, task, timeout
+    assert wait_for(lambda: timer.pending_timeouts() == 0)
+    assert wait_for(lambda: all(r() is None or r().ran.is_set() for r in refs[1::2]))
+    assert wait_for(lambda: (gc.collect(), sum(r() is not None for r in refs))[1] == 0)
+
+
+# ---- memory over many cycles ----
+
+LEAK_CHECK = """
+    import ctypes, gc, json, os, threading, time, tracemalloc
+    import hwtimer
+
+    PAGE = os.sysconf("SC_PAGE_SIZE")
+
+    def rss():
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * PAGE
+
+    class MallInfo2(ctypes.Structure):
+        _fields_ = [(name, ctypes.c_size_t) for name in (
+            "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+            "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+    def malloced():
+        # bytes malloc() has handed out and not had back (C side included)
+        try:
+            f = ctypes.CDLL(None).mallinfo2
+        except AttributeError:
+            return None
+        f.restype = MallInfo2
+        m = f()
+        return m.uordblks + m.hblkhd
+
+    N = 500
+
+    def cycle(i):
+        timer = hwtimer.HashedWheelTimer(0.001, 4096)
+        fired = []
+        firing = [timer.new_timeout(fired.append, (k % 8) * 0.001) for k in range(N)]
+        later = [timer.new_timeout(fired.append, 60 + k * 0.003) for k in range(N)]
+        for t in later[::2]:
+            assert t.cancel()               # cancelled
+        # these race with their expiry: either way, exactly once
+        cancelled = sum(t.cancel() for t in firing[::7])
+        end = time.monotonic() + 10
+        while len(fired) + cancelled < N and time.monotonic() < end:
+            time.sleep(0.001)
+        assert len(fired) + cancelled == N, (len(fired), cancelled)
+        returned = timer.stop()             # the other half of `later`
+        assert len(returned) == N // 2, len(returned)
+        del fired[:]
+        if i % 3 == 0:
+            with hwtimer.HashedWheelTimer(0.001) as t2:
+                t2.new_timeout(id, 0)
+
+    for i in range(40):
+        cycle(i)
+    gc.collect()
+    threads0 = len(os.listdir("/proc/self/task"))
+    rss0, mal0 = rss(), malloced()
+    for i in range(200):
+        cycle(i)
+    gc.collect()
+    rss1, mal1 = rss(), malloced()
+
+    tracemalloc.start(5)
+    for i in range(20):
+        cycle(i)
+    gc.collect()
+    snap0 = tracemalloc.take_snapshot()
+    for i in range(200):
+        cycle(i)
+    gc.collect()
+    snap1 = tracemalloc.take_snapshot()
+    tracemalloc.stop()
+    diff = snap1.compare_to(snap0, "filename")
+    growth = sum(d.size_diff for d in diff)
+    top = [str(d) for d in snap1.compare_to(snap0, "lineno")[:5]]
+    kinds = (hwtimer.HashedWheelTimer, hwtimer.Timeout)
+    live = sum(isinstance(o, kinds) for o in gc.get_objects())
+    print(json.dumps({
+        "live_objects": live,
+        "rss_growth": rss1 - rss0,
+        "malloc_growth": None if mal0 is None else mal1 - mal0,
+        "traced_growth": growth,
+        "top": top,
+        "threads": [threads0, len(os.listdir("/proc/self/task"))],
+    }))
+"""
+
+
+def test_no_memory_growth_over_many_cycles() -> None:
+    # 400 cycles of: a timer with a 4096-bucket wheel (64 KiB), 1000
+    # timeouts scheduled, half fired, a quarter cancelled, a quarter
+    # returned by stop().  A leaked wheel, timer or task per cycle would
+    # grow memory by far more than these bounds.
+    proc = run_python(LEAK_CHECK, timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+    result = json.loads(proc.stdout)
+    # no timer nor timeout is left once every cycle is done with
+    assert result["live_objects"] == 0, result
+    # Python objects: 200 cycles x 1000 timeouts; leaking them all is
+    # ~30 MB.  (A few names per start() stay in CPython's method cache:
+    # bounded, a few KiB here.)
+    assert result["traced_growth"] < 64 * 1024, result
+    # the C side: malloc's own count, and RSS with a generous bound; not
+    # under a sanitizer, whose allocator keeps freed memory in quarantine
+    if "san.so" not in os.environ.get("LD_PRELOAD", ""):
+        if result["malloc_growth"] is not None:
+            assert result["malloc_growth"] < 2 * 1024 * 1024, result
+        assert result["rss_growth"] < 16 * 1024 * 1024, result
+    # no threads left behind
+    assert result["threads"][1] <= result["threads"][0], result
+
+
+def test_repeated_create_start_stop_in_process(make_timer) -> None:
+    # no threads left behind by many timers (the fixture checks each)
+    for _ in range(50):
+        timer = make_timer()
+        timer.new_timeout(lambda t: None, 0)
+        timer.new_timeout(lambda t: None, 60)
+    time.sleep(0.01)
+
+
+@pytest.mark.parametrize("n", [1, 10])
+def test_timers_in_threads(make_timer, n) -> None:
+    # timers created, used and stopped on other threads
+    results = []
+
+    def worker() -> None:
+        timer = make_timer()
+        ev = threading.Event()
+        timer.new_timeout(lambda t: ev.set(), 0.01)
+        results.append(ev.wait(DEADLINE))
+        timer.stop()
+
+    threads = [threading.Thread(target=worker) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(DEADLINE)
+    assert results == [True] * n

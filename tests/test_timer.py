@@ -1,0 +1,1059 @@
+"""The API.md rules of HashedWheelTimer, Timeout and RejectedExecutionError,
+one by one."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import datetime
+import gc
+import logging
+import threading
+import time
+import warnings
+import weakref
+
+import pytest
+from conftest import (
+    DEADLINE,
+    Counter,
+    collect_until,
+    native_name,
+    native_thread_names,
+    run_python,
+    wait_for,
+)
+
+import hwtimer
+from hwtimer import HashedWheelTimer, RejectedExecutionError, Timeout
+
+
+def noop(timeout: Timeout) -> None:
+    pass
+
+
+# ---- the exported names ----
+
+
+def test_exports() -> None:
+    assert hwtimer.HashedWheelTimer is HashedWheelTimer
+    assert hwtimer.Timeout is Timeout
+    assert issubclass(RejectedExecutionError, RuntimeError)
+
+
+def test_timeout_is_not_created_by_users() -> None:
+    with pytest.raises(TypeError):
+        Timeout()
+
+
+# ---- constructor and read-only attributes ----
+
+
+def test_defaults() -> None:
+    timer = HashedWheelTimer()
+    try:
+        assert timer.tick_duration == 0.1
+        assert type(timer.tick_duration) is float
+        assert timer.ticks_per_wheel == 512
+        assert type(timer.ticks_per_wheel) is int
+        assert timer.max_pending_timeouts == 0
+        assert type(timer.max_pending_timeouts) is int
+    finally:
+        timer.stop()
+
+
+def test_positional_and_keyword_arguments() -> None:
+    t1 = HashedWheelTimer(0.05, 16)
+    t2 = HashedWheelTimer(
+        tick_duration=0.05,
+        ticks_per_wheel=16,
+        max_pending_timeouts=7,
+        thread_name="kw-timer",
+        executor=None,
+    )
+    try:
+        assert (t1.tick_duration, t1.ticks_per_wheel) == (0.05, 16)
+        assert (t2.tick_duration, t2.ticks_per_wheel) == (0.05, 16)
+        assert t2.max_pending_timeouts == 7
+        assert t2.thread_name == "kw-timer"
+    finally:
+        t1.stop()
+        t2.stop()
+
+
+def test_max_pending_thread_name_executor_are_keyword_only() -> None:
+    with pytest.raises(TypeError):
+        HashedWheelTimer(0.1, 512, 10)
+    with pytest.raises(TypeError):
+        HashedWheelTimer(0.1, 512, 10, "name")
+
+
+@pytest.mark.parametrize(
+    "value, expected",
+    [
+        (1, 1.0),
+        (0.25, 0.25),
+        (0.001, 0.001),
+        (datetime.timedelta(milliseconds=20), 0.02),
+        (datetime.timedelta(seconds=2), 2.0),
+    ],
+)
+def test_tick_duration_accepted(value, expected) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no clamping warning for these
+        timer = HashedWheelTimer(value)
+    try:
+        assert timer.tick_duration == pytest.approx(expected, rel=1e-9)
+        assert type(timer.tick_duration) is float
+    finally:
+        timer.stop()
+
+
+@pytest.mark.parametrize(
+    "value", [0.0009, 0.0001, 1e-9, 5e-324, datetime.timedelta(microseconds=10)]
+)
+def test_tick_duration_below_1ms_is_clamped_with_runtime_warning(value) -> None:
+    with pytest.warns(RuntimeWarning):
+        timer = HashedWheelTimer(value)
+    try:
+        assert timer.tick_duration == 0.001
+    finally:
+        timer.stop()
+
+
+def test_clamping_warning_points_at_the_caller() -> None:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        timer = HashedWheelTimer(0.0001)
+    timer.stop()
+    [w] = [w for w in caught if issubclass(w.category, RuntimeWarning)]
+    assert w.filename == __file__
+    assert "0.001" in str(w.message)
+
+
+def test_clamped_timer_works(make_timer) -> None:
+    with pytest.warns(RuntimeWarning):
+        timer = make_timer(0.0001)
+    task = Counter()
+    timer.new_timeout(task, 0.01)
+    assert task.wait()
+
+
+@pytest.mark.parametrize(
+    "value, expected",
+    [
+        (1, 1),
+        (2, 2),
+        (3, 4),
+        (5, 8),
+        (8, 8),
+        (9, 16),
+        (100, 128),
+        (512, 512),
+        (513, 1024),
+        (1000, 1024),
+        (4096, 4096),
+        (2**20 - 1, 2**20),
+    ],
+)
+def test_ticks_per_wheel_rounded_up_to_power_of_two(value, expected) -> None:
+    timer = HashedWheelTimer(0.1, value)
+    try:
+        assert timer.ticks_per_wheel == expected
+    finally:
+        timer.stop()
+
+
+def test_ticks_per_wheel_limit() -> None:
+    with pytest.raises(ValueError):
+        HashedWheelTimer(0.001, 2**30 + 1)
+    with pytest.raises(ValueError):
+        HashedWheelTimer(0.001, 2**31)
+
+
+def test_tick_times_wheel_overflowing_64_bit_ns_is_value_error() -> None:
+    # one revolution must fit in 64-bit nanoseconds (about 292 years)
+    timer = HashedWheelTimer(1e9, 1)  # 1e18 ns: fits
+    timer.stop()
+    with pytest.raises(ValueError):
+        HashedWheelTimer(1e9, 16)  # 1.6e19 ns: does not
+    with pytest.raises(ValueError):
+        HashedWheelTimer(3e7, 512)
+
+
+def test_max_pending_timeouts_non_positive_means_no_limit(make_timer) -> None:
+    for limit in (0, -1, -1000):
+        timer = make_timer(max_pending_timeouts=limit)
+        assert timer.max_pending_timeouts <= 0
+        timeouts = [timer.new_timeout(noop, 60) for _ in range(2000)]
+        assert timer.pending_timeouts() == 2000
+        for t in timeouts:
+            t.cancel()
+
+
+def test_max_pending_timeouts_attribute(make_timer) -> None:
+    assert make_timer(max_pending_timeouts=5).max_pending_timeouts == 5
+
+
+def test_thread_name_attribute_and_default(make_timer) -> None:
+    named = make_timer(thread_name="my-worker")
+    assert named.thread_name == "my-worker"
+    default = make_timer()
+    assert default.thread_name.startswith("hwtimer-")
+    assert default.thread_name[len("hwtimer-") :].isdigit()
+    other = make_timer()
+    assert other.thread_name != default.thread_name
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "tw",
+        "hwt-test-worker",
+        "a-very-long-thread-name-for-ps",
+        "\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9",
+    ],
+)
+def test_worker_thread_native_name(make_timer, name) -> None:
+    timer = make_timer(thread_name=name)
+    assert native_name(name) not in native_thread_names()
+    timer.start()
+    # the worker is a native thread: it shows in /proc (and ps -T) by name
+    assert wait_for(lambda: native_name(name) in native_thread_names())
+    timer.stop()
+    assert wait_for(lambda: native_name(name) not in native_thread_names())
+
+
+def test_default_native_thread_name(make_timer) -> None:
+    timer = make_timer()
+    timer.start()
+    assert wait_for(lambda: native_name(timer.thread_name) in native_thread_names())
+
+
+def test_dispatch_thread_is_a_daemon_python_thread(make_timer) -> None:
+    timer = make_timer(thread_name="disp-test")
+    task = Counter()
+    timer.new_timeout(task, 0)
+    assert task.wait()
+    assert task.threads == ["disp-test-dispatch"]
+    threads = [t for t in threading.enumerate() if t.name == "disp-test-dispatch"]
+    assert len(threads) == 1
+    assert threads[0].daemon
+
+
+@pytest.mark.parametrize(
+    "attr, value",
+    [
+        ("tick_duration", 1.0),
+        ("ticks_per_wheel", 8),
+        ("max_pending_timeouts", 3),
+        ("thread_name", "x"),
+    ],
+)
+def test_attributes_are_read_only(make_timer, attr, value) -> None:
+    timer = make_timer()
+    before = getattr(timer, attr)
+    with pytest.raises(AttributeError):
+        setattr(timer, attr, value)
+    with pytest.raises((AttributeError, TypeError)):
+        delattr(timer, attr)
+    assert getattr(timer, attr) == before
+
+
+# ---- start() ----
+
+
+def test_start_is_idempotent(make_timer) -> None:
+    timer = make_timer(thread_name="start-twice")
+    assert timer.start() is None
+    assert timer.start() is None
+    timer.start()
+    assert wait_for(lambda: native_thread_names().count("start-twice") == 1)
+    time.sleep(0.05)
+    assert native_thread_names().count("start-twice") == 1
+
+
+def test_new_timeout_starts_the_timer(make_timer) -> None:
+    timer = make_timer(thread_name="autostart")
+    assert "autostart" not in native_thread_names()
+    task = Counter()
+    timer.new_timeout(task, 0)
+    assert task.wait()
+    assert "autostart" in native_thread_names()
+
+
+def test_start_after_stop_is_runtime_error(make_timer) -> None:
+    timer = make_timer()
+    timer.start()
+    timer.stop()
+    with pytest.raises(RuntimeError):
+        timer.start()
+
+
+def test_start_after_stop_of_never_started_timer_is_runtime_error(make_timer) -> None:
+    timer = make_timer()
+    assert timer.stop() == []
+    with pytest.raises(RuntimeError):
+        timer.start()
+    with pytest.raises(RuntimeError):
+        timer.new_timeout(noop, 0)
+
+
+# ---- new_timeout() and Timeout ----
+
+
+def test_task_gets_the_returned_timeout_exactly_once(timer) -> None:
+    task = Counter()
+    timeout = timer.new_timeout(task, 0.02)
+    assert task.wait()
+    time.sleep(0.1)  # a few more ticks: still once
+    assert task.count == 1
+    assert task.calls[0] is timeout
+
+
+def test_timeout_attributes(timer) -> None:
+    task = Counter()
+    timeout = timer.new_timeout(task, 0.02)
+    assert timeout.timer is timer
+    assert timeout.task is task
+    assert isinstance(timeout, Timeout)
+    assert type(timeout.deadline) is float
+    assert not timeout.is_expired()
+    assert not timeout.is_cancelled()
+    assert task.wait()
+    assert wait_for(timeout.is_expired)
+    assert not timeout.is_cancelled()
+    # both stay readable after the timeout fired
+    assert timeout.timer is timer
+    assert timeout.task is task
+
+    other = timer.new_timeout(task, 60)
+    assert other.cancel()
+    assert other.timer is timer
+    assert other.task is task
+    assert wait_for(lambda: timer.pending_timeouts() == 0)
+    assert other.timer is timer
+    assert other.task is task
+
+
+def test_timeout_attributes_are_read_only(timer) -> None:
+    timeout = timer.new_timeout(noop, 60)
+    for attr, value in (("timer", None), ("task", noop), ("deadline", 0.0)):
+        with pytest.raises(AttributeError):
+            setattr(timeout, attr, value)
+
+
+def test_deadline_is_on_the_monotonic_clock(timer) -> None:
+    before = time.monotonic()
+    timeout = timer.new_timeout(noop, 0.5)
+    after = time.monotonic()
+    assert before + 0.5 - 1e-6 <= timeout.deadline <= after + 0.5 + 1e-3
+
+    before = time.monotonic()
+    far = timer.new_timeout(noop, 3600)
+    after = time.monotonic()
+    assert before + 3600 - 1e-6 <= far.deadline <= after + 3600 + 1e-3
+
+
+def test_task_never_runs_before_its_deadline(timer) -> None:
+    seen = []
+
+    def task(timeout: Timeout) -> None:
+        seen.append((time.monotonic(), timeout.deadline))
+
+    start = time.monotonic()
+    timer.new_timeout(task, 0.1)
+    assert wait_for(lambda: seen)
+    now, deadline = seen[0]
+    assert now >= deadline
+    assert now >= start + 0.1
+
+
+@pytest.mark.parametrize(
+    "delay",
+    [0, 0.0, -0.0, -1, -1e9, float("-inf"), datetime.timedelta(0), datetime.timedelta(seconds=-5)],
+)
+def test_delay_at_or_below_zero_fires_at_next_tick(timer, delay) -> None:
+    task = Counter()
+    timeout = timer.new_timeout(task, delay)
+    assert task.wait()
+    assert task.calls == [timeout]
+    assert timeout.is_expired()
+
+
+@pytest.mark.parametrize(
+    "delay", [1e300, float("inf"), 10**100, 2**63, 2**64, 10**400, 1e10, datetime.timedelta.max]
+)
+def test_huge_delay_never_fires_and_does_not_overflow(timer, delay) -> None:
+    task = Counter()
+    timeout = timer.new_timeout(task, delay)
+    assert timeout.deadline == float("inf")
+    ok = timer.new_timeout(noop, 0)  # the wheel keeps turning past it
+    assert wait_for(ok.is_expired)
+    time.sleep(0.1)
+    assert task.count == 0
+    assert not timeout.is_expired()
+    assert timer.pending_timeouts() == 1
+    assert timeout.cancel()
+    assert wait_for(lambda: timer.pending_timeouts() == 0)
+    assert task.count == 0
+
+
+def test_delay_types(timer) -> None:
+    class MyFloat(float):
+        pass
+
+    class MyInt(int):
+        pass
+
+    class HasFloat:
+        def __float__(self) -> float:
+            return 0.01
+
+    class HasIndex:
+        def __index__(self) -> int:
+            return 0
+
+    task = Counter()
+    delays = [
+        0.01,
+        0,
+        MyFloat(0.01),
+        MyInt(0),
+        HasFloat(),
+        HasIndex(),
+        datetime.timedelta(milliseconds=10),
+    ]
+    timeouts = [timer.new_timeout(task, d) for d in delays]
+    assert task.wait(len(delays))
+    assert sorted(map(id, task.calls)) == sorted(map(id, timeouts))
+
+
+def test_timedelta_delay_sets_deadline(timer) -> None:
+    before = time.monotonic()
+    timeout = timer.new_timeout(noop, datetime.timedelta(minutes=2, microseconds=5))
+    after = time.monotonic()
+    assert before + 120.000005 - 1e-6 <= timeout.deadline <= after + 120.000005 + 1e-3
+
+
+def test_new_timeout_keyword_arguments(timer) -> None:
+    task = Counter()
+    timer.new_timeout(task=task, delay=0)
+    timer.new_timeout(task, delay=0)
+    assert task.wait(2)
+
+
+def test_cancel(timer) -> None:
+    task = Counter()
+    timeout = timer.new_timeout(task, 0.05)
+    assert timeout.cancel() is True
+    assert timeout.is_cancelled()
+    assert not timeout.is_expired()
+    assert timeout.cancel() is False
+    time.sleep(0.2)
+    assert task.count == 0
+    assert timeout.cancel() is False
+
+
+def test_cancel_after_expiry_returns_false(timer) -> None:
+    task = Counter()
+    timeout = timer.new_timeout(task, 0)
+    assert task.wait()
+    assert timeout.cancel() is False
+    assert timeout.is_expired()
+    assert not timeout.is_cancelled()
+
+
+def test_pending_timeouts(timer) -> None:
+    assert timer.pending_timeouts() == 0
+    blocker = threading.Event()
+    started = threading.Event()
+
+    def slow(timeout: Timeout) -> None:
+        started.set()
+        blocker.wait(DEADLINE)
+
+    timeouts = [timer.new_timeout(noop, 60) for _ in range(5)]
+    assert timer.pending_timeouts() == 5
+    timer.new_timeout(slow, 0)
+    assert timer.pending_timeouts() in (5, 6)
+    assert started.wait(DEADLINE)
+    # expired: no longer pending, even though its task is still running
+    assert timer.pending_timeouts() == 5
+    blocker.set()
+    timeouts[0].cancel()
+    timeouts[1].cancel()
+    # a cancel is counted at the next tick
+    assert wait_for(lambda: timer.pending_timeouts() == 3)
+    for t in timeouts:
+        t.cancel()
+    assert wait_for(lambda: timer.pending_timeouts() == 0)
+
+
+def test_rejected_execution_error(make_timer) -> None:
+    timer = make_timer(max_pending_timeouts=3)
+    timeouts = [timer.new_timeout(noop, 60) for _ in range(3)]
+    task = Counter()
+    with pytest.raises(RejectedExecutionError):
+        timer.new_timeout(task, 0)
+    with pytest.raises(RuntimeError):  # a RuntimeError, too
+        timer.new_timeout(task, 0)
+    assert timer.pending_timeouts() == 3
+    time.sleep(0.1)
+    assert task.count == 0  # the rejected ones were not scheduled
+    timeouts[0].cancel()
+    assert wait_for(lambda: timer.pending_timeouts() == 2)
+    timer.new_timeout(task, 0)
+    assert task.wait()
+    assert task.count == 1
+
+
+def test_rejected_when_full_of_due_timeouts(make_timer) -> None:
+    timer = make_timer(max_pending_timeouts=1)
+    timer.new_timeout(noop, 60)
+    with pytest.raises(RejectedExecutionError):
+        timer.new_timeout(noop, -1)
+
+
+# ---- stop() ----
+
+
+def test_stop_returns_unprocessed_timeouts_cancelled(timer) -> None:
+    fired = Counter()
+    done = timer.new_timeout(fired, 0)
+    assert fired.wait()
+    cancelled = timer.new_timeout(fired, 60)
+    cancelled.cancel()
+    pending = {timer.new_timeout(fired, 60 + i) for i in range(10)}
+    pending.add(timer.new_timeout(fired, float("inf")))
+    result = timer.stop()
+    assert isinstance(result, list)
+    assert len(result) == len(pending)
+    assert set(map(id, result)) == set(map(id, pending))
+    assert done not in result and cancelled not in result
+    for timeout in result:
+        assert timeout.is_cancelled()
+        assert not timeout.is_expired()
+        assert timeout.cancel() is False
+        assert timeout.timer is timer
+        assert timeout.task is fired
+    assert timer.pending_timeouts() == 0
+    time.sleep(0.05)
+    assert fired.count == 1
+
+
+def test_second_stop_returns_empty_list(timer) -> None:
+    timer.new_timeout(noop, 60)
+    assert len(timer.stop()) == 1
+    assert timer.stop() == []
+    assert timer.stop() == []
+
+
+def test_stop_of_never_started_timer(make_timer) -> None:
+    timer = make_timer()
+    assert timer.stop() == []
+    assert timer.stop() == []
+
+
+def test_new_timeout_after_stop_is_runtime_error(timer) -> None:
+    timer.new_timeout(noop, 0)
+    timer.stop()
+    task = Counter()
+    with pytest.raises(RuntimeError):
+        timer.new_timeout(task, 0)
+    assert timer.pending_timeouts() == 0
+    time.sleep(0.05)
+    assert task.count == 0
+
+
+def test_stop_inside_task_is_runtime_error(timer) -> None:
+    outcome = []
+
+    def task(timeout: Timeout) -> None:
+        try:
+            timeout.timer.stop()
+        except RuntimeError as e:
+            outcome.append(e)
+        else:
+            outcome.append(None)
+
+    timer.new_timeout(task, 0)
+    assert wait_for(lambda: outcome)
+    assert isinstance(outcome[0], RuntimeError)
+    # and the timer was not stopped by it
+    again = Counter()
+    timer.new_timeout(again, 0)
+    assert again.wait()
+
+
+def test_stop_of_another_timer_inside_task_works(make_timer) -> None:
+    first = make_timer()
+    second = make_timer()
+    pending = second.new_timeout(noop, 60)
+    results = []
+    first.new_timeout(lambda t: results.append(second.stop()), 0)
+    assert wait_for(lambda: results)
+    assert results[0] == [pending]
+
+
+def test_stop_waits_for_running_task(timer) -> None:
+    started = threading.Event()
+    finished = threading.Event()
+
+    def slow(timeout: Timeout) -> None:
+        started.set()
+        time.sleep(0.3)
+        finished.set()
+
+    timer.new_timeout(slow, 0)
+    assert started.wait(DEADLINE)
+    timer.stop()
+    assert finished.is_set()
+
+
+def test_expired_tasks_still_run_before_stop_returns(timer) -> None:
+    release = threading.Event()
+    started = threading.Event()
+
+    def blocker(timeout: Timeout) -> None:
+        started.set()
+        release.wait(DEADLINE)
+
+    task = Counter()
+    timer.new_timeout(blocker, 0)
+    assert started.wait(DEADLINE)
+    # the dispatch thread is busy: these expire and queue up behind it
+    queued = [timer.new_timeout(task, 0) for _ in range(50)]
+    assert wait_for(lambda: all(t.is_expired() for t in queued))
+    threading.Timer(0.2, release.set).start()
+    result = timer.stop()
+    assert result == []
+    assert task.count == 50
+    assert set(map(id, task.calls)) == set(map(id, queued))
+
+
+def test_no_task_starts_after_stop_returns(timer) -> None:
+    stopped = threading.Event()
+    late = []
+    task = Counter()
+
+    def watched(timeout: Timeout) -> None:
+        if stopped.is_set():
+            late.append(timeout)
+        task(timeout)
+
+    timeouts = []
+    for i in range(3000):
+        timeouts.append(timer.new_timeout(watched, (i % 30) * 0.005))
+    time.sleep(0.05)
+    returned = timer.stop()
+    stopped.set()
+    count = task.count
+    time.sleep(0.3)
+    assert late == []
+    assert task.count == count
+    # exactly once holds across stop(): each ran or was handed back
+    assert count + len(returned) == len(timeouts)
+    assert not set(map(id, returned)) & set(map(id, task.calls))
+
+
+def test_stop_from_two_threads(timer) -> None:
+    timeouts = [timer.new_timeout(noop, 60) for _ in range(100)]
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(timer.stop())) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(DEADLINE)
+    assert len(results) == 4
+    returned = [to for r in results for to in r]
+    assert sorted(map(id, returned)) == sorted(map(id, timeouts))
+
+
+# ---- executor= ----
+
+
+def test_executor_runs_tasks(make_timer) -> None:
+    with concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="hwt-pool") as pool:
+        timer = make_timer(executor=pool)
+        task = Counter()
+        timeouts = [timer.new_timeout(task, 0.01) for _ in range(20)]
+        assert task.wait(20)
+        assert all(name.startswith("hwt-pool") for name in task.threads)
+        assert sorted(map(id, task.calls)) == sorted(map(id, timeouts))
+        timer.stop()
+
+
+class RecordingExecutor:
+    """Keeps what it was given; runs it only when asked."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.submitted: list = []
+
+    def submit(self, fn, *args):
+        with self.lock:
+            self.submitted.append((fn, args))
+
+    def run_all(self) -> None:
+        for fn, args in self.submitted:
+            fn(*args)
+
+
+def test_executor_submit_and_stop(make_timer) -> None:
+    executor = RecordingExecutor()
+    timer = make_timer(executor=executor)
+    task = Counter()
+    timeouts = [timer.new_timeout(task, (i % 20) * 0.005) for i in range(400)]
+    time.sleep(0.05)
+    returned = timer.stop()
+    count = len(executor.submitted)
+    time.sleep(0.2)
+    assert len(executor.submitted) == count  # nothing submitted after stop
+    assert task.count == 0  # our executor has run nothing yet
+    executor.run_all()
+    # each was submitted once, or handed back by stop(): exactly once
+    assert task.count + len(returned) == len(timeouts)
+    fired = set(map(id, task.calls))
+    assert len(fired) == task.count
+    assert fired | set(map(id, returned)) == set(map(id, timeouts))
+    assert not fired & set(map(id, returned))
+
+
+def test_executor_inline(make_timer) -> None:
+    # Netty's testExecutionOnTaskExecutor: an executor that runs the task at once
+    ran = []
+
+    class Inline:
+        def submit(self, fn, *args):
+            fn(*args)
+            ran.append(True)
+
+    timer = make_timer(executor=Inline())
+    task = Counter()
+    timer.new_timeout(task, 0.01)
+    assert task.wait()
+    assert wait_for(lambda: ran)
+
+
+def test_executor_submit_raising_is_logged_and_task_still_runs(make_timer, caplog) -> None:
+    class Broken:
+        def submit(self, fn, *args):
+            raise RuntimeError("executor is shut down")
+
+    caplog.set_level(logging.WARNING, logger="hwtimer")
+    timer = make_timer(executor=Broken(), thread_name="broken-exec")
+    task = Counter()
+    timeout = timer.new_timeout(task, 0)
+    assert task.wait()
+    time.sleep(0.05)
+    assert task.calls == [timeout]
+    assert task.threads == ["broken-exec-dispatch"]
+    records = [r for r in caplog.records if r.name == "hwtimer"]
+    assert len(records) == 1
+    assert records[0].levelno == logging.WARNING
+    assert records[0].exc_info and isinstance(records[0].exc_info[1], RuntimeError)
+    assert "executor is shut down" in caplog.text
+    assert timer.stats()["task_errors"] == 1
+
+
+def test_executor_shut_down_pool(make_timer, caplog) -> None:
+    caplog.set_level(logging.WARNING, logger="hwtimer")
+    pool = concurrent.futures.ThreadPoolExecutor(1)
+    pool.shutdown()
+    timer = make_timer(executor=pool)
+    task = Counter()
+    timer.new_timeout(task, 0)
+    assert task.wait()
+    assert any(r.levelno == logging.WARNING for r in caplog.records if r.name == "hwtimer")
+
+
+def test_stop_inside_executor_task_is_runtime_error(make_timer) -> None:
+    outcome = []
+
+    def task(timeout: Timeout) -> None:
+        try:
+            timeout.timer.stop()
+        except RuntimeError as e:
+            outcome.append(e)
+        else:
+            outcome.append(None)
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        timer = make_timer(executor=pool)
+        timer.new_timeout(task, 0)
+        assert wait_for(lambda: outcome)
+        assert isinstance(outcome[0], RuntimeError)
+        timer.stop()
+
+
+def test_executor_without_submit_is_type_error() -> None:
+    with pytest.raises(TypeError):
+        HashedWheelTimer(executor=object())
+    with pytest.raises(TypeError):
+        HashedWheelTimer(executor=lambda fn: fn())
+
+    class NotCallable:
+        submit = 1
+
+    with pytest.raises(TypeError):
+        HashedWheelTimer(executor=NotCallable())
+
+
+# ---- context manager ----
+
+
+def test_context_manager_stops_timer() -> None:
+    task = Counter()
+    with HashedWheelTimer(0.01, 64) as timer:
+        assert isinstance(timer, HashedWheelTimer)
+        timer.new_timeout(task, 0)
+        pending = timer.new_timeout(task, 60)
+        assert task.wait()
+    assert pending.is_cancelled()
+    with pytest.raises(RuntimeError):
+        timer.new_timeout(noop, 0)
+    assert timer.stop() == []
+
+
+def test_context_manager_does_not_swallow_exceptions() -> None:
+    with pytest.raises(KeyError):
+        with HashedWheelTimer(0.01) as timer:
+            timer.new_timeout(noop, 60)
+            raise KeyError("x")
+    with pytest.raises(RuntimeError):
+        timer.new_timeout(noop, 0)
+
+
+def test_context_manager_returns_the_timer() -> None:
+    timer = HashedWheelTimer()
+    with timer as entered:
+        assert entered is timer
+
+
+# ---- repr ----
+
+
+def test_timer_repr(make_timer) -> None:
+    timer = make_timer(thread_name="repr-timer")
+    text = repr(timer)
+    assert "HashedWheelTimer" in text and "repr-timer" in text
+    timer.start()
+    assert repr(timer) != text
+    timer.stop()
+    assert "stopped" in repr(timer)
+
+
+class NamedTask:
+    def __call__(self, timeout: Timeout) -> None:
+        pass
+
+    def __repr__(self) -> str:
+        return "<the-named-task>"
+
+
+def test_timeout_repr(timer) -> None:
+    task = NamedTask()
+    later = timer.new_timeout(task, 30)
+    text = repr(later)
+    assert "later" in text and "ago" not in text
+    assert "<the-named-task>" in text
+    assert "cancelled" not in text
+    assert "30" in text or "29.9" in text  # says how far the deadline is
+
+    fired = timer.new_timeout(task, 0)
+    assert wait_for(fired.is_expired)
+    time.sleep(0.02)
+    assert "ago" in repr(fired)
+    assert "<the-named-task>" in repr(fired)
+
+    assert later.cancel()
+    assert "cancelled" in repr(later)
+    assert "<the-named-task>" in repr(later)
+
+
+def test_timeout_repr_never(timer) -> None:
+    text = repr(timer.new_timeout(NamedTask(), float("inf")))
+    assert "<the-named-task>" in text
+
+
+# ---- garbage collection and ResourceWarning ----
+
+
+def test_dropped_started_timer_with_nothing_pending_warns_and_stops() -> None:
+    timer = HashedWheelTimer(0.01, thread_name="dropped-timer")
+    fired = threading.Event()
+    timer.new_timeout(lambda t: fired.set(), 0)
+    assert fired.wait(DEADLINE)
+    end = time.monotonic() + DEADLINE
+    while timer.pending_timeouts() and time.monotonic() < end:
+        time.sleep(0.005)
+    assert timer.pending_timeouts() == 0
+    ref = weakref.ref(timer)
+    with pytest.warns(ResourceWarning) as caught:
+        del timer
+        gc.collect()
+        assert wait_for(caught.__len__)
+    # the warning's record held the timer; now it goes
+    del caught
+    assert collect_until(ref)
+    assert wait_for(lambda: "dropped-timer" not in native_thread_names())
+    assert wait_for(lambda: not [t for t in threading.enumerate() if t.name.startswith("dropped")])
+
+
+@pytest.mark.parametrize("how", ["never started", "stopped"])
+def test_dropped_timer_without_resource_warning(how) -> None:
+    timer = HashedWheelTimer(0.01)
+    if how == "stopped":
+        timer.start()
+        timer.stop()
+    ref = weakref.ref(timer)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        del timer
+        assert collect_until(ref)
+    assert not [w for w in caught if issubclass(w.category, ResourceWarning)]
+
+
+def test_pending_timeouts_keep_a_dropped_timer_alive() -> None:
+    fired = threading.Event()
+    timer = HashedWheelTimer(0.01, thread_name="kept-alive")
+    timer.new_timeout(lambda t: fired.set(), 0.3)
+    ref = weakref.ref(timer)
+    # once the task has run, nothing keeps the timer: it is collected, with
+    # the ResourceWarning of a timer never stopped
+    with pytest.warns(ResourceWarning) as caught:
+        del timer
+        gc.collect()
+        assert ref() is not None
+        assert fired.wait(DEADLINE)
+        assert wait_for(caught.__len__)
+    del caught
+    assert collect_until(ref)
+    assert wait_for(lambda: "kept-alive" not in native_thread_names())
+
+
+# ---- exceptions from tasks ----
+
+
+def test_task_exception_is_logged_with_traceback(timer, caplog) -> None:
+    caplog.set_level(logging.WARNING, logger="hwtimer")
+
+    def failing_task_xyz(timeout: Timeout) -> None:
+        raise ValueError("boom-123")
+
+    timeout = timer.new_timeout(failing_task_xyz, 0)
+    assert wait_for(lambda: any(r.name == "hwtimer" for r in caplog.records))
+    records = [r for r in caplog.records if r.name == "hwtimer"]
+    assert len(records) == 1
+    record = records[0]
+    assert record.levelno == logging.WARNING
+    assert record.exc_info is not None
+    assert isinstance(record.exc_info[1], ValueError)
+    assert "boom-123" in caplog.text
+    assert "Traceback" in caplog.text
+    assert "failing_task_xyz" in caplog.text  # the task's own frame
+    assert timeout.is_expired()
+    # the timer goes on
+    task = Counter()
+    timer.new_timeout(task, 0)
+    assert task.wait()
+    assert timer.stats()["task_errors"] == 1
+
+
+def test_many_task_exceptions_each_logged(timer, caplog) -> None:
+    caplog.set_level(logging.WARNING, logger="hwtimer")
+
+    def failing(timeout: Timeout) -> None:
+        raise RuntimeError("again")
+
+    for _ in range(20):
+        timer.new_timeout(failing, 0)
+    assert wait_for(lambda: len([r for r in caplog.records if r.name == "hwtimer"]) == 20)
+    task = Counter()
+    timer.new_timeout(task, 0)
+    assert task.wait()
+
+
+def test_more_than_64_live_timers_log_one_error() -> None:
+    # in a fresh process: the ERROR is logged once per process
+    code = """
+        import logging, hwtimer
+        records = []
+        class H(logging.Handler):
+            def emit(self, record):
+                records.append(record)
+        logging.getLogger("hwtimer").addHandler(H())
+        timers = []
+        for i in range(64):
+            t = hwtimer.HashedWheelTimer(1.0)
+            t.start()
+            timers.append(t)
+        unstarted = [hwtimer.HashedWheelTimer(1.0) for _ in range(10)]
+        assert records == [], records
+        t = hwtimer.HashedWheelTimer(1.0)
+        t.start()
+        timers.append(t)
+        assert len(records) == 1, records
+        assert records[0].levelno == logging.ERROR
+        for i in range(5):
+            t = hwtimer.HashedWheelTimer(1.0)
+            t.start()
+            timers.append(t)
+        assert len(records) == 1, records
+        for t in timers:
+            t.stop()
+        for t in unstarted:
+            t.stop()
+        print("ok")
+    """
+    proc = run_python(code)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "ok"
+
+
+def test_stopped_timers_do_not_count_as_live() -> None:
+    code = """
+        import logging, hwtimer
+        records = []
+        class H(logging.Handler):
+            def emit(self, record):
+                records.append(record)
+        logging.getLogger("hwtimer").addHandler(H())
+        for i in range(200):
+            t = hwtimer.HashedWheelTimer(1.0)
+            t.start()
+            t.stop()
+        with hwtimer.HashedWheelTimer(1.0):
+            pass
+        assert records == [], records
+        print("ok")
+    """
+    proc = run_python(code)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "ok"
+
+
+def test_tasks_run_under_threading_trace_hooks(make_timer) -> None:
+    # the dispatch thread is a real Python thread: debuggers and profilers
+    # installed with threading.settrace() see the tasks
+    seen = []
+
+    def traced_task(timeout: Timeout) -> None:
+        pass
+
+    def tracer(frame, event, arg):
+        if event == "call" and frame.f_code is traced_task.__code__:
+            seen.append(threading.current_thread().name)
+        return None
+
+    threading.settrace(tracer)
+    try:
+        timer = make_timer(thread_name="traced")
+        timer.start()
+    finally:
+        threading.settrace(None)
+    task_done = Counter()
+    timer.new_timeout(traced_task, 0)
+    timer.new_timeout(task_done, 0.01)
+    assert task_done.wait()
+    assert seen == ["traced-dispatch"]
