@@ -7,6 +7,7 @@ import threading
 import time
 
 import pytest
+from conftest import wait_for
 
 import hwtimer
 
@@ -26,29 +27,6 @@ STATS_KEYS = {
 }
 
 
-def wait_for(predicate, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.005)
-    return predicate()
-
-
-@pytest.fixture
-def make_timer():
-    timers: list[hwtimer.HashedWheelTimer] = []
-
-    def make(*args, **kwargs) -> hwtimer.HashedWheelTimer:
-        timer = hwtimer.HashedWheelTimer(*args, **kwargs)
-        timers.append(timer)
-        return timer
-
-    yield make
-    for timer in timers:
-        timer.stop()
-
-
 def worker_switches(name: str) -> int:
     """Context switches so far of this process's thread named `name`."""
     for tid in os.listdir("/proc/self/task"):
@@ -58,7 +36,7 @@ def worker_switches(name: str) -> int:
                     continue
             with open(f"/proc/self/task/{tid}/status") as f:
                 fields = dict(line.split(":", 1) for line in f if ":" in line)
-        except FileNotFoundError:
+        except OSError:  # the thread exited meanwhile
             continue
         return int(fields["voluntary_ctxt_switches"]) + int(fields["nonvoluntary_ctxt_switches"])
     raise LookupError(f"no thread named {name!r}")
