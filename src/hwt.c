@@ -31,7 +31,8 @@
 
 /* A sleeping worker is woken for cancels when this many are queued, so
    their references are not held long; and by the first cancel when it
-   would otherwise sleep longer than CANCEL_WAKE_SLEEP_NS. */
+   would otherwise sleep longer than CANCEL_WAKE_SLEEP_NS, at most once in
+   that time (else it sleeps no longer than that). */
 #define CANCEL_WAKE_BATCH    4096
 #define CANCEL_WAKE_SLEEP_NS INT64_C(1000000000)
 enum { CANCEL_WAKE_NONE = 0, CANCEL_WAKE_AT_BATCH = 1, CANCEL_WAKE_AT_FIRST = 2 };
@@ -39,6 +40,11 @@ enum { CANCEL_WAKE_NONE = 0, CANCEL_WAKE_AT_BATCH = 1, CANCEL_WAKE_AT_FIRST = 2 
 /* A sleeping worker is woken to transfer when this many new timeouts have
    queued, so a burst is in its buckets before it falls due. */
 #define TRANSFER_WAKE_BATCH 65536
+
+/* A worker that has just gone idle sleeps this long before it blocks for
+   good: sparse traffic (a timeout scheduled and cancelled at a time) then
+   costs it a wake-up a second rather than two per timeout. */
+#define LINGER_NS INT64_C(1000000000)
 
 /* timeout->flags, the worker's own */
 #define CANCEL_SEEN 1u /* its cancel was processed before it left the queue */
@@ -86,6 +92,8 @@ struct hwt_timer {
     hwt_timeout *xfer_head, *xfer_tail; /* taken from new_head, FIFO */
     int64_t tick;                       /* next tick to process */
     hwt_sink *batch_sinks;              /* sinks with a batch this tick */
+    bool worked;                        /* the last run_due() did something */
+    int64_t cancel_armed_at;            /* when the first cancel last could wake it */
     /* written by the worker only (release), read by stats() (acquire) */
     _Atomic uint64_t expired, cancelled, ticks, wakeups, max_expired;
     _Atomic int64_t tick_seen;
@@ -383,8 +391,10 @@ static void process_cancels(hwt_timer *t)
     pthread_mutex_unlock(&t->cancel_lock);
     for (size_t i = 0; i < n; i++)
         process_cancel(t, v[i]);
-    if (n)
+    if (n) {
         count(&t->cancelled, n);
+        t->worked = true;
+    }
     t->cancels_spare = v;
     t->spare_cap = cap;
 }
@@ -431,6 +441,7 @@ static void transfer(hwt_timer *t, size_t limit)
         hwt_timeout *to = pop_xfer(t);
         if (!to)
             break;
+        t->worked = true;
         if (to->flags & CANCEL_SEEN) {
             release_cancelled(t, to);
             continue;
@@ -463,6 +474,7 @@ static void expire_bucket(hwt_timer *t, int64_t tick)
         n++;
     }
     if (n) {
+        t->worked = true;
         count(&t->expired, n);
         if (n > atomic_load_explicit(&t->max_expired, memory_order_relaxed))
             atomic_store_explicit(&t->max_expired, n, memory_order_relaxed);
@@ -500,6 +512,7 @@ static int64_t next_target(const hwt_timer *t)
 static int64_t run_due(hwt_timer *t, int64_t now)
 {
     int64_t due = last_ended_tick(t, now);
+    t->worked = false;
     for (;;) {
         process_cancels(t);
         transfer(t, HWT_MAX_TRANSFER_PER_TICK);
@@ -533,19 +546,37 @@ static bool cancels_queued(hwt_timer *t)
     return any;
 }
 
+/* The first tick that ends at or after clock time `when`, and not before
+   the current one. */
+static int64_t tick_ending_by(const hwt_timer *t, int64_t when)
+{
+    int64_t rel = when - t->start_time;
+    int64_t tick = rel <= 0 ? 0 : (rel - 1) / t->cfg.tick_ns;
+    return tick > t->tick ? tick : t->tick;
+}
+
 /* Sleeps until the end of tick `target` (HWT_NEVER: until woken), unless a
    producer has work for it first. */
 static void sleep_until_tick(hwt_timer *t, int64_t target)
 {
+    int64_t now = t->cfg.clock(t->cfg.clock_ctx);
+    if (target == HWT_NEVER && t->worked)
+        target = tick_ending_by(t, now + LINGER_NS);
     int64_t wake_at = tick_end(t, target);
-    int64_t limit = wake_at == HWT_NEVER ? HWT_NEVER : target * t->cfg.tick_ns;
     /* Cancels wait for the worker: let a batch of them wake it, so that
        what they hold is released in small warm batches, and on a long
-       sleep the first. */
-    int cancel_wake =
-        wake_at == HWT_NEVER || wake_at - t->cfg.clock(t->cfg.clock_ctx) > CANCEL_WAKE_SLEEP_NS
-            ? CANCEL_WAKE_AT_FIRST
-            : CANCEL_WAKE_AT_BATCH;
+       sleep the first, once a second at most. */
+    int cancel_wake = CANCEL_WAKE_AT_BATCH;
+    if (wake_at == HWT_NEVER || wake_at - now > CANCEL_WAKE_SLEEP_NS) {
+        if (now - t->cancel_armed_at >= CANCEL_WAKE_SLEEP_NS) {
+            cancel_wake = CANCEL_WAKE_AT_FIRST;
+            t->cancel_armed_at = now;
+        } else {
+            target = tick_ending_by(t, t->cancel_armed_at + CANCEL_WAKE_SLEEP_NS);
+            wake_at = tick_end(t, target);
+        }
+    }
+    int64_t limit = wake_at == HWT_NEVER ? HWT_NEVER : target * t->cfg.tick_ns;
     atomic_store(&t->futex_word, SLEEPING);
     atomic_store(&t->wake_limit, limit);
     atomic_store(&t->cancel_wake, cancel_wake);
@@ -626,6 +657,7 @@ hwt_timer *hwt_timer_new(const hwt_config *config)
     pthread_mutex_init(&t->sinks_lock, NULL);
     atomic_init(&t->wake_limit, -1);
     atomic_init(&t->refs, 1);
+    t->cancel_armed_at = INT64_MIN / 2; /* long ago */
     if (hwt_sink_init(&t->dflt, t, NULL, -1, NULL) != 0)
         goto fail_locks;
     pthread_mutex_lock(&registry_lock);
