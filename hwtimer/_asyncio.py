@@ -1,0 +1,365 @@
+"""asyncio on a HashedWheelTimer: timeout scopes, wait_for() and sleep().
+
+The deadlines live on the timer's wheel (``timer.call_later``) instead of the
+event loop's heap of TimerHandles, and expiry is delivered to the loop thread
+in batches by the binding.  Everything else follows asyncio: ``timeout()`` and
+``timeout_at()`` behave as ``asyncio.timeout()`` of Python 3.13, including the
+``Task.cancelling()`` / ``Task.uncancel()`` accounting that lets nested scopes
+and outside cancellation coexist.  Python 3.9 and 3.10 have no ``uncancel()``;
+there the scopes keep an equivalent per-task count of their own cancel
+requests (see ``_cancel_task``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import math
+import sys
+import weakref
+from collections.abc import Awaitable
+from datetime import timedelta
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, TypeVar, Union, final, overload
+
+from ._default import default_timer
+
+if TYPE_CHECKING:
+    from . import HashedWheelTimer
+
+__all__ = ["TimeoutScope", "sleep", "timeout", "timeout_at", "wait_for"]
+
+_T = TypeVar("_T")
+Seconds = Union[int, float, timedelta]
+
+if sys.version_info >= (3, 11):
+    _TimeoutError: type[Exception] = builtins.TimeoutError
+else:
+
+    class _TimeoutError(asyncio.TimeoutError, builtins.TimeoutError):
+        """Raised on expiry before 3.11, where asyncio.TimeoutError and the
+        builtin TimeoutError are distinct: either ``except`` clause catches it.
+        """
+
+    _TimeoutError.__name__ = _TimeoutError.__qualname__ = "TimeoutError"
+
+_BaseExceptionGroup: type[BaseException] | None = getattr(builtins, "BaseExceptionGroup", None)
+
+# Scope states.  Plain ints: enum attribute access is slow before 3.11 and a
+# scope is entered once per request.
+_CREATED = 0
+_ENTERED = 1
+_EXPIRING = 2  # the deadline passed and the task was cancelled; not yet exited
+_EXPIRED = 3
+_EXITED = 4
+_STATE_NAMES = ("created", "active", "expiring", "expired", "finished")
+
+
+def _seconds(delay: Seconds) -> float:
+    """Returns `delay` in seconds (a timedelta is converted)."""
+    if isinstance(delay, timedelta):
+        return delay.total_seconds()
+    return delay
+
+
+if sys.version_info >= (3, 11):
+
+    def _cancelling(task: asyncio.Task[Any]) -> int:
+        """Returns the task's count of pending cancel requests."""
+        return task.cancelling()
+
+    def _cancel_task(task: asyncio.Task[Any]) -> None:
+        """Cancels `task` on behalf of an expired scope."""
+        task.cancel()
+
+    def _uncancel_task(task: asyncio.Task[Any]) -> int:
+        """Withdraws one cancel request; returns the count left."""
+        return task.uncancel()
+
+else:
+    # Task.cancel() does not count its requests before 3.11.  The scopes
+    # count theirs here, per task, standing in for Task.cancelling().  An
+    # entry goes when its count drops to zero, and the dictionary is weak,
+    # so that a task that swallowed a cancellation does not stay alive.
+    _cancel_requests: weakref.WeakKeyDictionary[asyncio.Task[Any], int] = (
+        weakref.WeakKeyDictionary()
+    )
+
+    def _cancel_pending(task: asyncio.Task[Any]) -> bool:
+        """Returns whether `task` has a cancellation on its way that its
+        coroutine has not yet seen (3.9/3.10 tasks expose both fields)."""
+        if getattr(task, "_must_cancel", False):
+            return True
+        waiter = getattr(task, "_fut_waiter", None)
+        return waiter is not None and waiter.cancelled()
+
+    def _cancelling(task: asyncio.Task[Any]) -> int:
+        """Returns the task's count of pending cancel requests."""
+        count = _cancel_requests.get(task, 0)
+        if count == 0 and _cancel_pending(task):
+            # Someone else asked for this cancellation: it counts, as it
+            # does on 3.11+.
+            count = _cancel_requests[task] = 1
+        return count
+
+    def _cancel_task(task: asyncio.Task[Any]) -> None:
+        """Cancels `task` on behalf of an expired scope, counting the
+        request.  A cancel already pending that no scope asked for came from
+        outside and counts as one more request, so that it wins over the
+        timeout.  An outside cancel() made after this one, before the task
+        runs again, cannot be seen on these versions (their own wait_for()
+        has the same blind spot)."""
+        count = _cancel_requests.get(task, 0)
+        if count == 0 and _cancel_pending(task):
+            count = 1
+        _cancel_requests[task] = count + 1
+        task.cancel()
+
+    def _uncancel_task(task: asyncio.Task[Any]) -> int:
+        """Withdraws one request made by _cancel_task; returns the count left."""
+        count = _cancel_requests.get(task, 0)
+        if count <= 1:
+            _cancel_requests.pop(task, None)
+            return 0
+        _cancel_requests[task] = count - 1
+        return count - 1
+
+
+def _insert_timeout_error(exc: BaseException) -> None:
+    """Puts a TimeoutError between `exc` and the CancelledError in its
+    context chain, so that a traceback tells the cancellation came from a
+    timeout (Python 3.13 does the same)."""
+    while exc.__context__ is not None:
+        if isinstance(exc.__context__, asyncio.CancelledError):
+            timeout_error = _TimeoutError()
+            timeout_error.__context__ = timeout_error.__cause__ = exc.__context__
+            exc.__context__ = timeout_error
+            return
+        exc = exc.__context__
+
+
+@final
+class TimeoutScope:
+    """Asynchronous context manager that cancels the block it guards once its
+    deadline has passed, and turns that cancellation into ``TimeoutError``.
+
+    Made by ``timeout()`` and ``timeout_at()``; the counterpart of
+    ``asyncio.Timeout``, with the deadline kept on a ``HashedWheelTimer``.
+    """
+
+    __slots__ = ("_cancelling", "_handle", "_loop", "_state", "_task", "_timer", "_when")
+
+    _loop: asyncio.AbstractEventLoop  # set on entering, as _cancelling
+    _cancelling: int  # the task's count of cancel requests on entering
+
+    def __init__(self, when: float | None, *, timer: HashedWheelTimer | None = None) -> None:
+        """`when` is a deadline on ``loop.time()``, or None for no deadline."""
+        self._state = _CREATED
+        self._when = when
+        self._timer = timer
+        self._task: asyncio.Task[Any] | None = None
+        # The deadline: a hwtimer.Timeout, or a loop Handle for one already due.
+        self._handle: Any = None
+
+    def when(self) -> float | None:
+        """Returns the current deadline (on ``loop.time()``), or None."""
+        return self._when
+
+    def expired(self) -> bool:
+        """Returns whether the deadline passed while the block was running."""
+        return self._state == _EXPIRING or self._state == _EXPIRED
+
+    def reschedule(self, when: float | None) -> None:
+        """Moves the deadline to `when` (absolute, on ``loop.time()``); None
+        removes it.  Only inside the block, before it has expired."""
+        state = self._state
+        if state != _ENTERED:
+            if state == _CREATED:
+                raise RuntimeError("TimeoutScope has not been entered")
+            raise RuntimeError(f"Cannot change state of {_STATE_NAMES[state]} TimeoutScope")
+        self._when = when
+        handle = self._handle
+        if handle is not None:
+            handle.cancel()
+            self._handle = None
+        if when is not None:
+            self._schedule(when)
+
+    def _schedule(self, when: float) -> None:
+        loop = self._loop
+        delay = when - loop.time()
+        if delay <= 0:
+            # Due already: the next loop iteration, as asyncio does.
+            self._handle = loop.call_soon(self._on_timeout)
+            return
+        timer = self._timer
+        if timer is None:
+            timer = self._timer = default_timer()
+        self._handle = timer.call_later(delay, self._on_timeout, loop=loop)
+
+    def __repr__(self) -> str:
+        info = ""
+        if self._state == _ENTERED:
+            when = round(self._when, 3) if self._when is not None else None
+            info = f" when={when}"
+        return f"<TimeoutScope [{_STATE_NAMES[self._state]}]{info}>"
+
+    async def __aenter__(self) -> TimeoutScope:
+        if self._state != _CREATED:
+            raise RuntimeError("TimeoutScope has already been entered")
+        task = asyncio.current_task()
+        if task is None:
+            raise RuntimeError("TimeoutScope should be used inside a task")
+        self._state = _ENTERED
+        self._task = task
+        self._loop = task.get_loop()
+        self._cancelling = _cancelling(task)
+        if self._when is not None:
+            self._schedule(self._when)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_val: BaseException | None,
+        exc_tb: TracebackType | None,
+    ) -> None:
+        state = self._state
+        if state != _ENTERED and state != _EXPIRING:
+            raise RuntimeError(f"Cannot exit {_STATE_NAMES[state]} TimeoutScope")
+        handle = self._handle
+        if handle is not None:
+            handle.cancel()
+            self._handle = None
+        task = self._task
+        self._task = None
+        if state == _ENTERED:
+            self._state = _EXITED
+            return None
+        self._state = _EXPIRED
+        assert task is not None
+        # Withdraw this scope's cancel request.  Only when no other request
+        # is left (an outer scope's, or a cancel() from outside) is the
+        # cancellation this scope's to turn into TimeoutError.
+        if _uncancel_task(task) <= self._cancelling and exc_type is not None:
+            if issubclass(exc_type, asyncio.CancelledError):
+                raise _TimeoutError from exc_val
+            if exc_val is not None:
+                _insert_timeout_error(exc_val)
+                if _BaseExceptionGroup is not None and isinstance(exc_val, _BaseExceptionGroup):
+                    for exc in exc_val.exceptions:  # type: ignore[attr-defined]
+                        _insert_timeout_error(exc)
+        return None
+
+    def _on_timeout(self) -> None:
+        handle = self._handle
+        if handle is None or self._state != _ENTERED:
+            return  # the block was left, or its deadline removed, meanwhile
+        # A Timeout whose cancel() came too late (it had expired on the
+        # wheel and was on its way to the loop) still calls back.  Such a
+        # call is stale when the current deadline has not expired yet.
+        is_expired = getattr(handle, "is_expired", None)
+        if is_expired is not None and not is_expired():
+            return
+        self._handle = None
+        task = self._task
+        assert task is not None
+        _cancel_task(task)
+        self._state = _EXPIRING
+
+
+def timeout(delay: Seconds | None, *, timer: HashedWheelTimer | None = None) -> TimeoutScope:
+    """Returns an async context manager that cancels its block after `delay`
+    seconds and raises ``TimeoutError`` out of it; None means no deadline.
+
+    Like ``asyncio.timeout()``, on `timer` (default: ``default_timer()``).
+    Must be called with a running event loop.
+    """
+    loop = asyncio.get_running_loop()
+    if delay is None:
+        return TimeoutScope(None, timer=timer)
+    return TimeoutScope(loop.time() + _seconds(delay), timer=timer)
+
+
+def timeout_at(when: float | None, *, timer: HashedWheelTimer | None = None) -> TimeoutScope:
+    """Like ``timeout()``, with an absolute deadline on ``loop.time()``."""
+    return TimeoutScope(when, timer=timer)
+
+
+_timeout_scope = timeout  # wait_for() has a parameter named timeout
+
+
+async def _cancel_and_wait(fut: asyncio.Future[Any]) -> None:
+    """Cancels `fut` and returns once it is done.  Waits on a future of its
+    own rather than on `fut`, so that the caller can itself be cancelled
+    while `fut` is still finishing."""
+    waiter = asyncio.get_running_loop().create_future()
+
+    def release(_: object) -> None:
+        if not waiter.done():
+            waiter.set_result(None)
+
+    fut.add_done_callback(release)
+    try:
+        fut.cancel()
+        await waiter
+    finally:
+        fut.remove_done_callback(release)
+
+
+async def wait_for(
+    aw: Awaitable[_T],
+    timeout: Seconds | None,
+    *,
+    timer: HashedWheelTimer | None = None,
+) -> _T:
+    """Returns the result of `aw`, or cancels it and raises ``TimeoutError``
+    once `timeout` seconds have passed.  Like ``asyncio.wait_for()`` of
+    Python 3.12 and later, with the deadline on `timer`.
+    """
+    if timeout is not None:
+        timeout = _seconds(timeout)
+        if timeout <= 0:
+            # No time at all: the awaitable never runs, unless it is a
+            # future that is done already.
+            fut = asyncio.ensure_future(aw)
+            if fut.done():
+                return fut.result()
+            await _cancel_and_wait(fut)
+            try:
+                return fut.result()
+            except asyncio.CancelledError as exc:
+                raise _TimeoutError from exc
+    async with _timeout_scope(timeout, timer=timer):
+        return await aw
+
+
+def _set_result_unless_done(fut: asyncio.Future[Any], result: Any) -> None:
+    if not fut.done():
+        fut.set_result(result)
+
+
+@overload
+async def sleep(delay: Seconds, *, timer: HashedWheelTimer | None = ...) -> None: ...
+@overload
+async def sleep(delay: Seconds, result: _T, *, timer: HashedWheelTimer | None = ...) -> _T: ...
+async def sleep(
+    delay: Seconds, result: Any = None, *, timer: HashedWheelTimer | None = None
+) -> Any:
+    """Returns `result` after `delay` seconds, like ``asyncio.sleep()``, with
+    the deadline on `timer`.  A delay <= 0 yields to the loop once."""
+    delay = _seconds(delay)
+    if delay <= 0:
+        await asyncio.sleep(0)
+        return result
+    if math.isnan(delay):
+        raise ValueError("Invalid delay: NaN (not a number)")
+    if timer is None:
+        timer = default_timer()
+    loop = asyncio.get_running_loop()
+    fut = loop.create_future()
+    handle = timer.call_later(delay, _set_result_unless_done, fut, result, loop=loop)
+    try:
+        return await fut
+    finally:
+        handle.cancel()

@@ -1,0 +1,1252 @@
+"""asyncio integration: call_later delivery, timeout scopes, wait_for, sleep.
+
+Every test runs on asyncio's own event loop and on uvloop.  Where Python has
+asyncio.timeout (3.11+), the scope tests run against it too, with the same
+expectations: hwtimer.timeout is meant as a drop-in replacement.
+
+Timing bounds only ever say "not before the deadline" and "eventually"
+(seconds of slack): the machine may be busy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import gc
+import math
+import sys
+import threading
+import time
+import weakref
+from collections.abc import Coroutine, Iterator
+from datetime import timedelta
+from typing import Any, Callable
+
+import pytest
+
+import hwtimer
+
+HAVE_ASYNCIO_TIMEOUT = sys.version_info >= (3, 11)
+# Generous upper bound for anything that should happen "soon".
+SOON = 10.0
+
+
+def _new_asyncio_loop() -> asyncio.AbstractEventLoop:
+    return asyncio.new_event_loop()
+
+
+def _new_uvloop_loop() -> asyncio.AbstractEventLoop:
+    uvloop = pytest.importorskip("uvloop")
+    return uvloop.new_event_loop()
+
+
+@pytest.fixture(params=["asyncio", "uvloop"])
+def new_loop(request: pytest.FixtureRequest) -> Callable[[], asyncio.AbstractEventLoop]:
+    if request.param == "uvloop":
+        pytest.importorskip("uvloop")
+        return _new_uvloop_loop
+    return _new_asyncio_loop
+
+
+@pytest.fixture
+def run(new_loop: Callable[[], asyncio.AbstractEventLoop]) -> Callable[..., Any]:
+    """Runs a coroutine function to completion on a fresh loop, then closes it."""
+
+    def run(main: Callable[[], Coroutine[Any, Any, Any]]) -> Any:
+        loop = new_loop()
+        try:
+            return loop.run_until_complete(main())
+        finally:
+            try:
+                loop.run_until_complete(loop.shutdown_asyncgens())
+            finally:
+                loop.close()
+
+    return run
+
+
+@pytest.fixture
+def own_timer() -> Iterator[hwtimer.HashedWheelTimer]:
+    """A timer of the test's own (the shared one is never stopped)."""
+    with hwtimer.HashedWheelTimer(0.005, 256) as timer:
+        yield timer
+
+
+def _scope_impls() -> list[Any]:
+    impls = [pytest.param(hwtimer.timeout, id="hwtimer")]
+    if HAVE_ASYNCIO_TIMEOUT:
+        impls.append(pytest.param(asyncio.timeout, id="asyncio"))
+    return impls
+
+
+@pytest.fixture(params=_scope_impls())
+def timeout(request: pytest.FixtureRequest) -> Callable[[float | None], Any]:
+    """hwtimer.timeout, and asyncio.timeout as the reference where it exists."""
+    return request.param
+
+
+def _not_early(timeout: Any, elapsed: float, delay: float) -> bool:
+    """hwtimer never fires before the deadline on time.monotonic(); the
+    reference, asyncio.timeout, may on uvloop, whose clock counts whole
+    milliseconds."""
+    slack = 0.0 if timeout is hwtimer.timeout else 0.002
+    return elapsed >= delay - slack
+
+
+def _cancelling(task: asyncio.Task[Any]) -> int:
+    return task.cancelling() if HAVE_ASYNCIO_TIMEOUT else 0
+
+
+async def _forever() -> None:
+    await asyncio.get_running_loop().create_future()
+
+
+async def _wait_until(predicate: Callable[[], bool], limit: float = SOON) -> None:
+    deadline = time.monotonic() + limit
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.005)
+
+
+# --- timer.call_later --------------------------------------------------------
+
+
+def test_call_later_runs_on_loop_thread_not_before_deadline(run: Any) -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        done = loop.create_future()
+        start = time.monotonic()
+
+        def callback(a: int, b: str) -> None:
+            done.set_result((a, b, threading.get_ident(), time.monotonic()))
+
+        handle = hwtimer.default_timer().call_later(0.03, callback, 1, "x")
+        assert handle.task is callback
+        assert handle.deadline >= start + 0.03
+        a, b, ident, when = await asyncio.wait_for(done, SOON)
+        assert (a, b) == (1, "x")
+        assert ident == threading.get_ident()
+        assert when >= handle.deadline
+        assert when - start >= 0.03
+        assert handle.is_expired() and not handle.is_cancelled()
+        assert handle.cancel() is False
+
+    run(main)
+
+
+def test_call_later_accepts_timedelta(run: Any) -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        done = loop.create_future()
+        start = time.monotonic()
+        hwtimer.default_timer().call_later(timedelta(milliseconds=20), done.set_result, None)
+        await asyncio.wait_for(done, SOON)
+        assert time.monotonic() - start >= 0.02
+
+    run(main)
+
+
+def test_call_later_needs_a_loop() -> None:
+    with pytest.raises(RuntimeError):
+        hwtimer.default_timer().call_later(0.01, print)
+
+
+def test_call_later_cancel(run: Any) -> None:
+    async def main() -> None:
+        called: list[int] = []
+        handle = hwtimer.default_timer().call_later(0.02, called.append, 1)
+        assert handle.cancel() is True
+        assert handle.cancel() is False
+        assert handle.is_cancelled() and not handle.is_expired()
+        await asyncio.sleep(0.1)
+        assert called == []
+
+    run(main)
+
+
+def test_call_later_order_of_same_deadline_batch(run: Any) -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        seen: list[int] = []
+        done = loop.create_future()
+        timer = hwtimer.default_timer()
+        for i in range(100):
+            timer.call_later(0.01, seen.append, i)
+        timer.call_later(0.01, lambda: done.set_result(None))
+        await asyncio.wait_for(done, SOON)
+        await _wait_until(lambda: len(seen) == 100)
+        assert sorted(seen) == list(range(100))
+
+    run(main)
+
+
+def test_call_later_context(run: Any) -> None:
+    var: contextvars.ContextVar[str] = contextvars.ContextVar("var", default="unset")
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        timer = hwtimer.default_timer()
+        seen = loop.create_future()
+        explicit = loop.create_future()
+
+        def callback(fut: asyncio.Future[str]) -> None:
+            fut.set_result(var.get())
+            var.set("changed by callback")
+
+        var.set("captured")
+        timer.call_later(0.01, callback, seen)
+        var.set("later")  # the copy was taken at call_later
+        other = contextvars.Context()
+        other.run(var.set, "explicit")
+        timer.call_later(0.01, callback, explicit, context=other)
+        assert await asyncio.wait_for(seen, SOON) == "captured"
+        assert await asyncio.wait_for(explicit, SOON) == "explicit"
+        # The callback ran in its own copy: nothing leaks back.
+        assert var.get() == "later"
+        assert other[var] == "changed by callback"
+
+    run(main)
+
+
+def test_call_later_exception_goes_to_loop_handler(run: Any) -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        reported = loop.create_future()
+        ran_after = loop.create_future()
+
+        def handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+            if not reported.done():
+                reported.set_result(context)
+
+        def boom() -> None:
+            raise ZeroDivisionError("boom")
+
+        loop.set_exception_handler(handler)
+        timer = hwtimer.default_timer()
+        timer.call_later(0.01, boom)
+        timer.call_later(0.01, ran_after.set_result, True)
+        context = await asyncio.wait_for(reported, SOON)
+        assert isinstance(context["exception"], ZeroDivisionError)
+        # One failing callback does not stop the rest of its batch.
+        assert await asyncio.wait_for(ran_after, SOON) is True
+
+    run(main)
+
+
+def test_call_later_from_other_thread(run: Any) -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        done = loop.create_future()
+        errors: list[BaseException] = []
+
+        def callback() -> None:
+            done.set_result(threading.get_ident())
+
+        def schedule() -> None:
+            try:
+                hwtimer.default_timer().call_later(0.01, callback, loop=loop)
+            except BaseException as exc:  # reported below, in the loop thread
+                errors.append(exc)
+
+        thread = threading.Thread(target=schedule)
+        thread.start()
+        thread.join()
+        assert errors == []
+        assert await asyncio.wait_for(done, SOON) == threading.get_ident()
+        assert thread.ident != threading.get_ident()
+
+    run(main)
+
+
+def test_call_later_cancel_from_other_thread(run: Any) -> None:
+    async def main() -> None:
+        called: list[int] = []
+        handle = hwtimer.default_timer().call_later(0.2, called.append, 1)
+        results: list[bool] = []
+        thread = threading.Thread(target=lambda: results.append(handle.cancel()))
+        thread.start()
+        thread.join()
+        assert results == [True]
+        assert handle.is_cancelled()
+        await asyncio.sleep(0.4)
+        assert called == []
+
+    run(main)
+
+
+def test_many_threads_schedule_onto_one_loop(run: Any) -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        idents: list[int] = []
+        all_done = loop.create_future()
+        total = 4 * 500
+
+        def callback() -> None:
+            idents.append(threading.get_ident())
+            if len(idents) == total:
+                all_done.set_result(None)
+
+        def schedule() -> None:
+            timer = hwtimer.default_timer()
+            for i in range(500):
+                timer.call_later((i % 10) / 1000, callback, loop=loop)
+
+        threads = [threading.Thread(target=schedule) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        await asyncio.wait_for(all_done, SOON)
+        assert set(idents) == {threading.get_ident()}
+
+    run(main)
+
+
+def test_call_later_on_own_timer(run: Any, own_timer: Any) -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        done = loop.create_future()
+        handle = own_timer.call_later(0.02, done.set_result, "own")
+        assert handle.timer is own_timer
+        assert await asyncio.wait_for(done, SOON) == "own"
+
+    run(main)
+
+
+class _Payload:
+    """Something a weak reference can watch."""
+
+
+def _wait_released(watch: weakref.ref[Any], what: str) -> None:
+    deadline = time.monotonic() + SOON
+    gc.collect()
+    while watch() is not None:
+        assert time.monotonic() < deadline, f"{what} not released"
+        time.sleep(0.02)
+        gc.collect()
+
+
+def test_closed_and_collected_loop_drops_pending_callbacks(new_loop: Any) -> None:
+    # Callbacks still pending for a loop that is closed and collected are
+    # never run, and what they hold is released (at the latest when they
+    # fall due).
+    timer = hwtimer.default_timer()
+    called: list[object] = []
+    loop = new_loop()
+    payload = _Payload()
+    watch = weakref.ref(payload)
+
+    async def schedule(payload: _Payload) -> None:
+        for _ in range(10):
+            timer.call_later(0.05, called.append, payload)
+        timer.call_later(0.3, called.append, payload)
+
+    loop.run_until_complete(schedule(payload))
+    loop.close()
+    loop_watch = weakref.ref(loop)
+    del loop, payload
+    _wait_released(loop_watch, "the closed loop")
+    _wait_released(watch, "the callbacks' arguments")
+    assert called == []
+
+
+def test_closed_loop_never_runs_callbacks(new_loop: Any) -> None:
+    # Callbacks that fall due while their loop is closed (but still
+    # referenced) do not run; once the loop is gone, they are released.
+    timer = hwtimer.default_timer()
+    called: list[object] = []
+    loop = new_loop()
+    payload = _Payload()
+    watch = weakref.ref(payload)
+
+    async def schedule(payload: _Payload) -> None:
+        for _ in range(10):
+            timer.call_later(0.02, called.append, payload)
+
+    loop.run_until_complete(schedule(payload))
+    loop.close()
+    del payload
+    time.sleep(0.2)
+    assert called == []
+    del loop
+    _wait_released(watch, "the callbacks' arguments")
+    assert called == []
+
+
+def test_loop_not_running_then_resumed(new_loop: Any) -> None:
+    # Callbacks that fall due between two run_until_complete calls run when
+    # the loop runs again.
+    timer = hwtimer.default_timer()
+    loop = new_loop()
+    try:
+        seen: list[int] = []
+
+        async def schedule() -> None:
+            timer.call_later(0.01, seen.append, 1)
+
+        loop.run_until_complete(schedule())
+        time.sleep(0.1)
+
+        async def wait() -> None:
+            await _wait_until(lambda: seen == [1])
+
+        loop.run_until_complete(wait())
+    finally:
+        loop.close()
+
+
+def test_ten_thousand_call_laters(run: Any) -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        timer = hwtimer.default_timer()
+        count = 10_000
+        fired: list[int] = []
+        all_fired = loop.create_future()
+        start = time.monotonic()
+
+        def callback(i: int) -> None:
+            fired.append(i)
+            if len(fired) == count // 2:
+                all_fired.set_result(time.monotonic())
+
+        for i in range(count):
+            handle = timer.call_later(0.1 + (i % 50) / 1000, callback, i)
+            if i % 2:
+                assert handle.cancel()
+        end = await asyncio.wait_for(all_fired, 60)
+        assert end - start >= 0.1
+        await asyncio.sleep(0.1)
+        assert sorted(fired) == list(range(0, count, 2))
+
+    run(main)
+
+
+# --- timeout() / timeout_at() -------------------------------------------------
+
+
+def test_timeout_expires(run: Any, timeout: Any) -> None:
+    async def main() -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        start = time.monotonic()
+        with pytest.raises(TimeoutError) as info:
+            async with timeout(0.05) as cm:
+                await asyncio.sleep(SOON)
+        elapsed = time.monotonic() - start
+        assert _not_early(timeout, elapsed, 0.05)
+        assert elapsed < SOON
+        assert cm.expired()
+        assert isinstance(info.value.__cause__, asyncio.CancelledError)
+        assert _cancelling(task) == 0
+        # The task is not left with a pending cancellation.
+        await asyncio.sleep(0.01)
+
+    run(main)
+
+
+def test_timeout_error_types(run: Any) -> None:
+    async def main() -> None:
+        for catch in (TimeoutError, asyncio.TimeoutError):
+            with pytest.raises(catch):
+                async with hwtimer.timeout(0.01):
+                    await _forever()
+
+    run(main)
+
+
+def test_timeout_not_reached(run: Any, timeout: Any) -> None:
+    async def main() -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        async with timeout(SOON) as cm:
+            await asyncio.sleep(0.01)
+            result = 42
+        assert result == 42
+        assert not cm.expired()
+        assert _cancelling(task) == 0
+        # The deadline is gone with the scope: nothing cancels us later.
+        await asyncio.sleep(0.05)
+
+    run(main)
+
+
+def test_timeout_none_and_when(run: Any, timeout: Any) -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        async with timeout(None) as cm:
+            assert cm.when() is None
+            await asyncio.sleep(0.01)
+        assert not cm.expired()
+        before = loop.time()
+        cm = timeout(1.5)
+        after = loop.time()
+        when = cm.when()
+        assert when is not None and before + 1.5 <= when <= after + 1.5
+
+    run(main)
+
+
+def test_timeout_zero_and_negative(run: Any, timeout: Any) -> None:
+    async def main() -> None:
+        for delay in (0, -1):
+            with pytest.raises(TimeoutError):
+                async with timeout(delay) as cm:
+                    await asyncio.sleep(SOON)
+            assert cm.expired()
+
+    run(main)
+
+
+def test_timeout_body_without_await_completes(run: Any, timeout: Any) -> None:
+    # A due deadline only acts at the next suspension point.
+    async def main() -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        async with timeout(0) as cm:
+            pass
+        assert not cm.expired()
+        assert _cancelling(task) == 0
+        await asyncio.sleep(0.01)
+
+    run(main)
+
+
+def test_timeout_at(run: Any) -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        start = time.monotonic()
+        when = loop.time() + 0.05
+        with pytest.raises(TimeoutError):
+            async with hwtimer.timeout_at(when) as cm:
+                assert cm.when() == when
+                await _forever()
+        assert time.monotonic() - start >= 0.05
+        assert cm.expired()
+
+    run(main)
+
+
+def test_timeout_timedelta_and_own_timer(run: Any, own_timer: Any) -> None:
+    async def main() -> None:
+        start = time.monotonic()
+        with pytest.raises(TimeoutError):
+            async with hwtimer.timeout(timedelta(milliseconds=30), timer=own_timer):
+                await _forever()
+        assert time.monotonic() - start >= 0.03
+
+    run(main)
+
+
+def test_reschedule_later_earlier_and_off(run: Any, timeout: Any) -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        # Later: the first deadline passes without effect.
+        start = time.monotonic()
+        with pytest.raises(TimeoutError):
+            async with timeout(0.02) as cm:
+                cm.reschedule(loop.time() + 0.1)
+                await _forever()
+        assert _not_early(timeout, time.monotonic() - start, 0.1)
+        # Earlier.
+        start = time.monotonic()
+        with pytest.raises(TimeoutError):
+            async with timeout(SOON) as cm:
+                cm.reschedule(loop.time() + 0.02)
+                await _forever()
+        assert time.monotonic() - start < SOON
+        # Into the past: due at the next iteration.
+        with pytest.raises(TimeoutError):
+            async with timeout(SOON) as cm:
+                cm.reschedule(loop.time() - 1)
+                await _forever()
+        # Off.
+        async with timeout(0.02) as cm:
+            cm.reschedule(None)
+            assert cm.when() is None
+            await asyncio.sleep(0.1)
+        assert not cm.expired()
+        # From None to a deadline.
+        with pytest.raises(TimeoutError):
+            async with timeout(None) as cm:
+                cm.reschedule(loop.time() + 0.02)
+                await _forever()
+
+    run(main)
+
+
+def test_reschedule_many_times(run: Any) -> None:
+    # Each reschedule replaces the deadline; none of the earlier ones fires.
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        async with hwtimer.timeout(0.01) as cm:
+            for i in range(50):
+                cm.reschedule(loop.time() + SOON + i / 100)
+                await asyncio.sleep(0.001)
+            await asyncio.sleep(0.05)  # well past the first deadline
+            cm.reschedule(None)
+            await asyncio.sleep(0.01)
+        assert not cm.expired()
+
+    run(main)
+
+
+def test_reschedule_outside_the_block(run: Any, timeout: Any) -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        cm = timeout(1)
+        with pytest.raises(RuntimeError):
+            cm.reschedule(loop.time() + 1)
+        async with cm:
+            pass
+        with pytest.raises(RuntimeError):
+            cm.reschedule(loop.time() + 1)
+        with pytest.raises(TimeoutError):
+            async with timeout(0) as cm:
+                await _forever()
+        with pytest.raises(RuntimeError):
+            cm.reschedule(None)
+
+    run(main)
+
+
+def test_enter_twice(run: Any, timeout: Any) -> None:
+    async def main() -> None:
+        cm = timeout(1)
+        async with cm:
+            pass
+        with pytest.raises(RuntimeError):
+            async with cm:
+                pass
+
+    run(main)
+
+
+def test_enter_outside_a_task() -> None:
+    cm = hwtimer.timeout_at(None)
+    coro = cm.__aenter__()
+    with pytest.raises(RuntimeError):
+        coro.send(None)
+
+
+def test_timeout_needs_running_loop() -> None:
+    with pytest.raises(RuntimeError):
+        hwtimer.timeout(1)
+
+
+def test_repr(run: Any) -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        cm = hwtimer.timeout_at(None)
+        assert "created" in repr(cm)
+        async with cm:
+            cm.reschedule(loop.time() + 100)
+            assert "active" in repr(cm) and "when=" in repr(cm)
+        assert "finished" in repr(cm)
+        with pytest.raises(TimeoutError):
+            async with hwtimer.timeout(0) as cm:
+                await _forever()
+        assert "expired" in repr(cm)
+
+    run(main)
+
+
+def test_nested_inner_expires(run: Any, timeout: Any) -> None:
+    async def main() -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        async with timeout(SOON) as outer:
+            with pytest.raises(TimeoutError):
+                async with timeout(0.02) as inner:
+                    await _forever()
+            await asyncio.sleep(0.01)  # the outer scope goes on
+        assert inner.expired()
+        assert not outer.expired()
+        assert _cancelling(task) == 0
+
+    run(main)
+
+
+def test_nested_outer_expires(run: Any, timeout: Any) -> None:
+    async def main() -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        reached_after_inner = False
+        with pytest.raises(TimeoutError):
+            async with timeout(0.02) as outer:
+                try:
+                    async with timeout(SOON) as inner:
+                        await _forever()
+                finally:
+                    reached_after_inner = True
+        assert reached_after_inner
+        assert outer.expired()
+        assert not inner.expired()
+        assert _cancelling(task) == 0
+
+    run(main)
+
+
+def test_nested_same_deadline_outer_reports(run: Any, timeout: Any) -> None:
+    # Both expire at once: the inner scope lets the cancellation through
+    # (another request is pending), and the outer one raises TimeoutError.
+    async def main() -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        loop = asyncio.get_running_loop()
+        when = loop.time() - 1
+        inner_saw: list[type] = []
+        with pytest.raises(TimeoutError):
+            async with timeout(SOON) as outer:
+                outer.reschedule(when)
+                try:
+                    async with timeout(SOON) as inner:
+                        inner.reschedule(when)
+                        await _forever()
+                except BaseException as exc:
+                    inner_saw.append(type(exc))
+                    raise
+        assert inner_saw == [asyncio.CancelledError]
+        assert inner.expired() and outer.expired()
+        assert _cancelling(task) == 0
+
+    run(main)
+
+
+def test_nested_deep(run: Any) -> None:
+    async def main() -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        caught_at: list[int] = []
+
+        async def level(n: int) -> None:
+            if n == 0:
+                await _forever()
+                return
+            try:
+                async with hwtimer.timeout(0.03 if n == 5 else SOON):
+                    await level(n - 1)
+            except TimeoutError:
+                caught_at.append(n)
+
+        await level(10)
+        assert caught_at == [5]
+        assert _cancelling(task) == 0
+
+    run(main)
+
+
+def test_outside_cancel_during_scope(run: Any, timeout: Any) -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        entered = loop.create_future()
+        scopes: list[Any] = []
+
+        async def body() -> None:
+            async with timeout(SOON) as cm:
+                scopes.append(cm)
+                entered.set_result(None)
+                await _forever()
+
+        task = asyncio.ensure_future(body())
+        await entered
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert task.cancelled()
+        assert not scopes[0].expired()
+
+    run(main)
+
+
+def test_outside_cancel_before_expiry_wins(run: Any, timeout: Any) -> None:
+    # A cancel() that is pending when the deadline passes is not turned into
+    # TimeoutError: the task was cancelled, and stays cancelled.
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        scopes: list[Any] = []
+
+        async def body() -> None:
+            task = asyncio.current_task()
+            assert task is not None
+            loop.call_soon(task.cancel)  # runs before the scope's expiry
+            async with timeout(0) as cm:
+                scopes.append(cm)
+                await _forever()
+
+        task = asyncio.ensure_future(body())
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert task.cancelled()
+        assert scopes[0].expired()
+
+    run(main)
+
+
+@pytest.mark.skipif(
+    not HAVE_ASYNCIO_TIMEOUT,
+    reason="before 3.11 a cancel() after the expiry in the same loop iteration is not visible",
+)
+def test_outside_cancel_after_expiry_same_iteration_wins(run: Any, timeout: Any) -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+
+        async def body() -> None:
+            task = asyncio.current_task()
+            assert task is not None
+            async with timeout(0):
+                loop.call_soon(task.cancel)  # runs after the scope's expiry
+                await _forever()
+
+        task = asyncio.ensure_future(body())
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert task.cancelled()
+
+    run(main)
+
+
+def test_outside_cancel_swallowed_then_timeout(run: Any) -> None:
+    # A task that catches an outside cancellation (and, on 3.11+, uncancels
+    # as it should) still gets TimeoutError from a later scope.
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        entered = loop.create_future()
+
+        async def body() -> str:
+            try:
+                entered.set_result(None)
+                await _forever()
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if HAVE_ASYNCIO_TIMEOUT and task is not None:
+                    task.uncancel()
+            try:
+                async with hwtimer.timeout(0.02):
+                    await _forever()
+            except TimeoutError:
+                return "timed out"
+            return "not timed out"
+
+        task = asyncio.ensure_future(body())
+        await entered
+        task.cancel()
+        assert await task == "timed out"
+
+    run(main)
+
+
+def test_body_swallows_the_cancellation(run: Any, timeout: Any) -> None:
+    async def main() -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        async with timeout(0.02) as cm:
+            try:
+                await _forever()
+            except asyncio.CancelledError:
+                pass
+        # No exception to convert; the scope still knows it expired.
+        assert cm.expired()
+        assert _cancelling(task) == 0
+
+    run(main)
+
+
+def test_body_raises_other_error_after_expiry(run: Any) -> None:
+    async def main() -> None:
+        with pytest.raises(ValueError) as info:
+            async with hwtimer.timeout(0.02) as cm:
+                try:
+                    await _forever()
+                except asyncio.CancelledError:
+                    raise ValueError("cleanup failed") from None
+        assert cm.expired()
+        # As Python 3.13: a TimeoutError is put between the error and the
+        # cancellation in the context chain, so a traceback shows the cause.
+        context = info.value.__context__
+        assert isinstance(context, TimeoutError)
+        assert isinstance(context.__context__, asyncio.CancelledError)
+
+    run(main)
+
+
+def test_finish_as_timer_fires_future_ready_same_iteration(run: Any, timeout: Any) -> None:
+    # The awaited future completes in the same loop iteration as the
+    # expiry, just before it: the cancellation still wins, as in asyncio.
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None
+        fut = loop.create_future()
+        with pytest.raises(TimeoutError):
+            async with timeout(SOON) as cm:
+                loop.call_soon(fut.set_result, 1)
+                cm.reschedule(loop.time() - 1)
+                await fut
+        assert cm.expired()
+        assert _cancelling(task) == 0
+        await asyncio.sleep(0.01)
+
+    run(main)
+
+
+def test_finish_as_timer_fires_race(run: Any) -> None:
+    # Many bodies that finish right at their deadline, driven by the same
+    # wheel: each one either completes or raises TimeoutError, never both,
+    # never neither, and no cancellation leaks out of its scope.
+    async def main() -> None:
+        outcomes: dict[str, int] = {"done": 0, "timeout": 0}
+
+        async def one(delay: float) -> None:
+            task = asyncio.current_task()
+            assert task is not None
+            try:
+                async with hwtimer.timeout(delay) as cm:
+                    await hwtimer.sleep(delay)
+            except TimeoutError:
+                assert cm.expired()
+                outcomes["timeout"] += 1
+            else:
+                assert not cm.expired()
+                outcomes["done"] += 1
+            assert _cancelling(task) == 0
+            # Still usable: no stray cancellation arrives.
+            await asyncio.sleep(0.02)
+            await asyncio.sleep(0)
+
+        await asyncio.wait_for(
+            asyncio.gather(*(one(0.005 + (i % 20) / 1000) for i in range(2000))), 60
+        )
+        assert outcomes["done"] + outcomes["timeout"] == 2000
+
+    run(main)
+
+
+def test_stale_expiry_after_exit_is_ignored(run: Any) -> None:
+    # The scope exits right after its deadline passed on the wheel; the
+    # expiry may already be on its way to the loop.  It must not cancel the
+    # task once the block has been left.
+    async def main() -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        for _ in range(200):
+            async with hwtimer.timeout(0.001) as cm:
+                deadline = time.monotonic() + 0.002
+                while time.monotonic() < deadline:
+                    pass  # busy: the wheel expires the scope meanwhile
+            assert not cm.expired()
+            await asyncio.sleep(0.003)  # a stray cancel would land here
+        assert _cancelling(task) == 0
+
+    run(main)
+
+
+def test_stale_expiry_after_reschedule_is_ignored(run: Any) -> None:
+    # The first deadline expires on the wheel while the task is busy; the
+    # block then moves the deadline later.  The old expiry, already on its
+    # way to the loop, must not act on the new deadline.
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None
+        for _ in range(50):
+            async with hwtimer.timeout(0.001) as cm:
+                deadline = time.monotonic() + 0.002
+                while time.monotonic() < deadline:
+                    pass
+                cm.reschedule(loop.time() + SOON)
+                await asyncio.sleep(0.005)
+            assert not cm.expired()
+        assert _cancelling(task) == 0
+
+    run(main)
+
+
+def test_ten_thousand_concurrent_timeouts(run: Any) -> None:
+    async def main() -> None:
+        count = 10_000
+        loop = asyncio.get_running_loop()
+        release = loop.create_future()
+        start = time.monotonic()
+
+        async def expires() -> str:
+            try:
+                async with hwtimer.timeout(0.05):
+                    await _forever()
+            except TimeoutError:
+                return "timeout"
+            return "no timeout"
+
+        async def finishes() -> str:
+            async with hwtimer.timeout(SOON * 6):
+                await release
+            return "done"
+
+        tasks = [asyncio.ensure_future(expires() if i % 2 else finishes()) for i in range(count)]
+        await asyncio.sleep(0.1)
+        release.set_result(None)
+        results = await asyncio.wait_for(asyncio.gather(*tasks), 120)
+        assert time.monotonic() - start >= 0.05
+        assert results.count("timeout") == count // 2
+        assert results.count("done") == count // 2
+
+    run(main)
+
+
+def test_scope_pending_timeouts_released(run: Any, own_timer: Any) -> None:
+    # Scopes that exit cancel their deadline: the wheel is left empty.
+    async def main() -> None:
+        for _ in range(1000):
+            async with hwtimer.timeout(100, timer=own_timer):
+                await asyncio.sleep(0)
+        await _wait_until(lambda: own_timer.pending_timeouts() == 0)
+
+    run(main)
+
+
+def test_taskgroup_inside_timeout(run: Any, timeout: Any) -> None:
+    if not hasattr(asyncio, "TaskGroup"):
+        pytest.skip("asyncio.TaskGroup is new in 3.11")
+
+    async def main() -> None:
+        with pytest.raises(TimeoutError):
+            async with timeout(0.02):
+                async with asyncio.TaskGroup() as group:
+                    group.create_task(_forever())
+                    group.create_task(_forever())
+
+    run(main)
+
+
+def test_asyncio_timeout_and_hwtimer_nested(run: Any) -> None:
+    if not HAVE_ASYNCIO_TIMEOUT:
+        pytest.skip("asyncio.timeout is new in 3.11")
+
+    # Both share the task's cancel count, so they nest with each other.
+    async def main() -> None:
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(0.02) as outer:
+                async with hwtimer.timeout(SOON) as inner:
+                    await _forever()
+        assert outer.expired() and not inner.expired()
+        with pytest.raises(TimeoutError):
+            async with hwtimer.timeout(0.02) as outer2:
+                async with asyncio.timeout(SOON) as inner2:
+                    await _forever()
+        assert outer2.expired() and not inner2.expired()
+
+    run(main)
+
+
+# --- wait_for() ---------------------------------------------------------------
+
+
+def test_wait_for_result(run: Any) -> None:
+    async def main() -> None:
+        assert await hwtimer.wait_for(asyncio.sleep(0.01, "coro"), 1) == "coro"
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        loop.call_later(0.01, fut.set_result, "fut")
+        assert await hwtimer.wait_for(fut, timedelta(seconds=1)) == "fut"
+        assert await hwtimer.wait_for(asyncio.sleep(0.01, "none"), None) == "none"
+
+    run(main)
+
+
+def test_wait_for_exception(run: Any) -> None:
+    async def fails() -> None:
+        await asyncio.sleep(0)
+        raise KeyError("x")
+
+    async def main() -> None:
+        with pytest.raises(KeyError):
+            await hwtimer.wait_for(fails(), 1)
+
+    run(main)
+
+
+def test_wait_for_timeout_cancels_aw(run: Any) -> None:
+    async def main() -> None:
+        cleaned_up = False
+
+        async def slow() -> None:
+            nonlocal cleaned_up
+            try:
+                await _forever()
+            finally:
+                await asyncio.sleep(0.01)  # cleanup finishes before TimeoutError
+                cleaned_up = True
+
+        inner = asyncio.ensure_future(slow())
+        start = time.monotonic()
+        with pytest.raises(TimeoutError) as info:
+            await hwtimer.wait_for(inner, 0.03)
+        assert time.monotonic() - start >= 0.03
+        assert inner.cancelled()
+        assert cleaned_up
+        assert isinstance(info.value, asyncio.TimeoutError)
+
+    run(main)
+
+
+def test_wait_for_zero_never_starts_coroutine(run: Any) -> None:
+    async def main() -> None:
+        started = False
+
+        async def work() -> None:
+            nonlocal started
+            started = True
+
+        for delay in (0, -1, timedelta(0)):
+            with pytest.raises(TimeoutError):
+                await hwtimer.wait_for(work(), delay)
+            assert not started
+
+    run(main)
+
+
+def test_wait_for_zero_with_done_future(run: Any) -> None:
+    async def main() -> None:
+        fut = asyncio.get_running_loop().create_future()
+        fut.set_result("ready")
+        assert await hwtimer.wait_for(fut, 0) == "ready"
+
+    run(main)
+
+
+def test_wait_for_zero_cancellation_suppressed(run: Any) -> None:
+    # aw swallows its cancellation and returns a value: that value counts.
+    async def main() -> None:
+        async def stubborn() -> str:
+            try:
+                await _forever()
+            except asyncio.CancelledError:
+                return "kept"
+            return "unreachable"
+
+        task = asyncio.ensure_future(stubborn())
+        await asyncio.sleep(0)
+        assert await hwtimer.wait_for(task, 0) == "kept"
+
+    run(main)
+
+
+def test_wait_for_outer_cancel_propagates(run: Any) -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        inner = asyncio.ensure_future(_forever())
+        outer = asyncio.ensure_future(hwtimer.wait_for(inner, SOON))
+        await asyncio.sleep(0.01)
+        outer.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await outer
+        assert inner.cancelled()
+        assert loop.is_running()
+
+    run(main)
+
+
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="asyncio.wait_for on timeout() is 3.12+")
+def test_wait_for_same_as_asyncio(run: Any) -> None:
+    async def outcome(wait_for: Any, make: Callable[[], Any], delay: Any) -> str:
+        try:
+            return f"result {await wait_for(make(), delay)!r}"
+        except asyncio.TimeoutError:
+            return "timeout"
+        except Exception as exc:
+            return f"error {type(exc).__name__}"
+
+    async def main() -> None:
+        async def fails() -> None:
+            raise KeyError("x")
+
+        cases = [
+            (lambda: asyncio.sleep(0.01, 1), 1),
+            (lambda: asyncio.sleep(1, 1), 0.01),
+            (lambda: asyncio.sleep(0, 1), 0),
+            (lambda: asyncio.sleep(0, 1), None),
+            (fails, 1),
+            (fails, 0),
+        ]
+        for make, delay in cases:
+            expected = await outcome(asyncio.wait_for, make, delay)
+            assert await outcome(hwtimer.wait_for, make, delay) == expected
+
+    run(main)
+
+
+# --- sleep() ------------------------------------------------------------------
+
+
+def test_sleep(run: Any) -> None:
+    async def main() -> None:
+        start = time.monotonic()
+        await hwtimer.sleep(0.03)
+        assert time.monotonic() - start >= 0.03
+        assert await hwtimer.sleep(0.01, "result") == "result"
+        assert await hwtimer.sleep(timedelta(milliseconds=10), 5) == 5
+        assert await hwtimer.sleep(-1, "negative") == "negative"
+
+    run(main)
+
+
+def test_sleep_on_own_timer(run: Any, own_timer: Any) -> None:
+    async def main() -> None:
+        start = time.monotonic()
+        assert await hwtimer.sleep(0.02, "own", timer=own_timer) == "own"
+        assert time.monotonic() - start >= 0.02
+
+    run(main)
+
+
+def test_sleep_nan(run: Any) -> None:
+    async def main() -> None:
+        with pytest.raises(ValueError):
+            await hwtimer.sleep(math.nan)
+
+    run(main)
+
+
+def test_sleep_zero_yields_like_asyncio(run: Any) -> None:
+    async def interleaving(sleep: Any) -> list[str]:
+        order: list[str] = []
+
+        async def worker(name: str) -> None:
+            for i in range(3):
+                order.append(f"{name}{i}")
+                await sleep(0)
+
+        await asyncio.gather(worker("a"), worker("b"))
+        return order
+
+    async def main() -> None:
+        ours = await interleaving(hwtimer.sleep)
+        theirs = await interleaving(asyncio.sleep)
+        assert ours == theirs == ["a0", "b0", "a1", "b1", "a2", "b2"]
+
+    run(main)
+
+
+def test_sleep_cancelled_cancels_its_timeout(run: Any, own_timer: Any) -> None:
+    async def main() -> None:
+        task = asyncio.ensure_future(hwtimer.sleep(100, timer=own_timer))
+        await asyncio.sleep(0.01)
+        assert own_timer.pending_timeouts() == 1
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await _wait_until(lambda: own_timer.pending_timeouts() == 0)
+
+    run(main)
+
+
+def test_many_concurrent_sleeps(run: Any) -> None:
+    async def main() -> None:
+        start = time.monotonic()
+        results = await asyncio.wait_for(
+            asyncio.gather(*(hwtimer.sleep(0.01 + (i % 30) / 1000, i) for i in range(10_000))),
+            120,
+        )
+        assert results == list(range(10_000))
+        assert time.monotonic() - start >= 0.01
+
+    run(main)
