@@ -15,6 +15,7 @@ sources = [
     "src/timer.c",
     "src/timeout.c",
     "src/loopsink.c",
+    "src/scope.c",
 ]
 
 compile_args = ["-std=gnu11", "-Wall", "-Wextra", "-fvisibility=hidden"]

@@ -19,10 +19,10 @@ import sys
 import weakref
 from collections.abc import Awaitable
 from datetime import timedelta
-from types import TracebackType
-from typing import TYPE_CHECKING, Any, TypeVar, Union, final, overload
+from typing import TYPE_CHECKING, Any, TypeVar, Union, overload
 
 from ._default import default_timer
+from ._hwtimer import TimeoutScope, _setup_scopes
 
 if TYPE_CHECKING:
     from . import HashedWheelTimer
@@ -44,15 +44,6 @@ else:
     _TimeoutError.__name__ = _TimeoutError.__qualname__ = "TimeoutError"
 
 _BaseExceptionGroup: type[BaseException] | None = getattr(builtins, "BaseExceptionGroup", None)
-
-# Scope states.  Plain ints: enum attribute access is slow before 3.11 and a
-# scope is entered once per request.
-_CREATED = 0
-_ENTERED = 1
-_EXPIRING = 2  # the deadline passed and the task was cancelled; not yet exited
-_EXPIRED = 3
-_EXITED = 4
-_STATE_NAMES = ("created", "active", "expiring", "expired", "finished")
 
 
 def _seconds(delay: Seconds) -> float:
@@ -138,134 +129,39 @@ def _insert_timeout_error(exc: BaseException) -> None:
         exc = exc.__context__
 
 
-@final
-class TimeoutScope:
-    """Asynchronous context manager that cancels the block it guards once its
-    deadline has passed, and turns that cancellation into ``TimeoutError``.
+def _exit_expired(
+    task: asyncio.Task[Any],
+    cancelling: int,
+    exc_type: type[BaseException] | None,
+    exc_val: BaseException | None,
+) -> None:
+    """Leaves a scope whose deadline cancelled its task.
 
-    Made by ``timeout()`` and ``timeout_at()``; the counterpart of
-    ``asyncio.Timeout``, with the deadline kept on a ``HashedWheelTimer``.
+    Withdraws the scope's cancel request.  Only when no other request is left
+    (an outer scope's, or a cancel() from outside) is the cancellation this
+    scope's to turn into ``TimeoutError``.
     """
+    if _uncancel_task(task) <= cancelling and exc_type is not None:
+        if issubclass(exc_type, asyncio.CancelledError):
+            raise _TimeoutError from exc_val
+        if exc_val is not None:
+            _insert_timeout_error(exc_val)
+            if _BaseExceptionGroup is not None and isinstance(exc_val, _BaseExceptionGroup):
+                for exc in exc_val.exceptions:  # type: ignore[attr-defined]
+                    _insert_timeout_error(exc)
 
-    __slots__ = ("_cancelling", "_handle", "_loop", "_state", "_task", "_timer", "_when")
 
-    _loop: asyncio.AbstractEventLoop  # set on entering, as _cancelling
-    _cancelling: int  # the task's count of cancel requests on entering
-
-    def __init__(self, when: float | None, *, timer: HashedWheelTimer | None = None) -> None:
-        """`when` is a deadline on ``loop.time()``, or None for no deadline."""
-        self._state = _CREATED
-        self._when = when
-        self._timer = timer
-        self._task: asyncio.Task[Any] | None = None
-        # The deadline: a hwtimer.Timeout, or a loop Handle for one already due.
-        self._handle: Any = None
-
-    def when(self) -> float | None:
-        """Returns the current deadline (on ``loop.time()``), or None."""
-        return self._when
-
-    def expired(self) -> bool:
-        """Returns whether the deadline passed while the block was running."""
-        return self._state == _EXPIRING or self._state == _EXPIRED
-
-    def reschedule(self, when: float | None) -> None:
-        """Moves the deadline to `when` (absolute, on ``loop.time()``); None
-        removes it.  Only inside the block, before it has expired."""
-        state = self._state
-        if state != _ENTERED:
-            if state == _CREATED:
-                raise RuntimeError("TimeoutScope has not been entered")
-            raise RuntimeError(f"Cannot change state of {_STATE_NAMES[state]} TimeoutScope")
-        self._when = when
-        handle = self._handle
-        if handle is not None:
-            handle.cancel()
-            self._handle = None
-        if when is not None:
-            self._schedule(when)
-
-    def _schedule(self, when: float) -> None:
-        loop = self._loop
-        delay = when - loop.time()
-        if delay <= 0:
-            # Due already: the next loop iteration, as asyncio does.
-            self._handle = loop.call_soon(self._on_timeout)
-            return
-        timer = self._timer
-        if timer is None:
-            timer = self._timer = default_timer()
-        self._handle = timer.call_later(delay, self._on_timeout, loop=loop)
-
-    def __repr__(self) -> str:
-        info = ""
-        if self._state == _ENTERED:
-            when = round(self._when, 3) if self._when is not None else None
-            info = f" when={when}"
-        return f"<TimeoutScope [{_STATE_NAMES[self._state]}]{info}>"
-
-    async def __aenter__(self) -> TimeoutScope:
-        if self._state != _CREATED:
-            raise RuntimeError("TimeoutScope has already been entered")
-        task = asyncio.current_task()
-        if task is None:
-            raise RuntimeError("TimeoutScope should be used inside a task")
-        self._state = _ENTERED
-        self._task = task
-        self._loop = task.get_loop()
-        self._cancelling = _cancelling(task)
-        if self._when is not None:
-            self._schedule(self._when)
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc_val: BaseException | None,
-        exc_tb: TracebackType | None,
-    ) -> None:
-        state = self._state
-        if state != _ENTERED and state != _EXPIRING:
-            raise RuntimeError(f"Cannot exit {_STATE_NAMES[state]} TimeoutScope")
-        handle = self._handle
-        if handle is not None:
-            handle.cancel()
-            self._handle = None
-        task = self._task
-        self._task = None
-        if state == _ENTERED:
-            self._state = _EXITED
-            return None
-        self._state = _EXPIRED
-        assert task is not None
-        # Withdraw this scope's cancel request.  Only when no other request
-        # is left (an outer scope's, or a cancel() from outside) is the
-        # cancellation this scope's to turn into TimeoutError.
-        if _uncancel_task(task) <= self._cancelling and exc_type is not None:
-            if issubclass(exc_type, asyncio.CancelledError):
-                raise _TimeoutError from exc_val
-            if exc_val is not None:
-                _insert_timeout_error(exc_val)
-                if _BaseExceptionGroup is not None and isinstance(exc_val, _BaseExceptionGroup):
-                    for exc in exc_val.exceptions:  # type: ignore[attr-defined]
-                        _insert_timeout_error(exc)
-        return None
-
-    def _on_timeout(self) -> None:
-        handle = self._handle
-        if handle is None or self._state != _ENTERED:
-            return  # the block was left, or its deadline removed, meanwhile
-        # A Timeout whose cancel() came too late (it had expired on the
-        # wheel and was on its way to the loop) still calls back.  Such a
-        # call is stale when the current deadline has not expired yet.
-        is_expired = getattr(handle, "is_expired", None)
-        if is_expired is not None and not is_expired():
-            return
-        self._handle = None
-        task = self._task
-        assert task is not None
-        _cancel_task(task)
-        self._state = _EXPIRING
+# TimeoutScope is C (hwtimer._hwtimer): entering and leaving a scope whose
+# deadline does not pass is every request's cost.  It calls back here for
+# what differs between versions and for the exit of an expired scope.
+_have_cancelling = sys.version_info >= (3, 11)
+_setup_scopes(
+    default_timer,
+    asyncio.current_task,
+    None if _have_cancelling else _cancelling,
+    None if _have_cancelling else _cancel_task,
+    _exit_expired,
+)
 
 
 def timeout(delay: Seconds | None, *, timer: HashedWheelTimer | None = None) -> TimeoutScope:
@@ -275,10 +171,10 @@ def timeout(delay: Seconds | None, *, timer: HashedWheelTimer | None = None) -> 
     Like ``asyncio.timeout()``, on `timer` (default: ``default_timer()``).
     Must be called with a running event loop.
     """
-    loop = asyncio.get_running_loop()
     if delay is None:
+        asyncio.get_running_loop()  # the same RuntimeError without one
         return TimeoutScope(None, timer=timer)
-    return TimeoutScope(loop.time() + _seconds(delay), timer=timer)
+    return TimeoutScope._after(_seconds(delay), timer)
 
 
 def timeout_at(when: float | None, *, timer: HashedWheelTimer | None = None) -> TimeoutScope:

@@ -2,7 +2,7 @@
 
 import contextvars
 from asyncio import AbstractEventLoop
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from types import TracebackType
 from typing import Any, Protocol, SupportsFloat, SupportsIndex, final
@@ -75,3 +75,30 @@ class HashedWheelTimer:
 def _run_task(timeout: Timeout, /) -> None: ...
 def _stop_all() -> None: ...
 def _threads_exiting() -> None: ...
+
+@final
+class TimeoutScope:
+    def __init__(self, when: float | None, *, timer: HashedWheelTimer | None = None) -> None: ...
+    @classmethod
+    def _after(cls, seconds: float, timer: HashedWheelTimer | None, /) -> TimeoutScope: ...
+    def when(self) -> float | None: ...
+    def expired(self) -> bool: ...
+    def reschedule(self, when: float | None, /) -> None: ...
+    def __aenter__(self) -> Awaitable[TimeoutScope]: ...
+    def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+        /,
+    ) -> Awaitable[None]: ...
+    def _on_timeout(self) -> None: ...
+
+def _setup_scopes(
+    default_timer: Callable[[], HashedWheelTimer],
+    current_task: Callable[..., Any],
+    cancelling: Callable[[Any], int] | None,
+    cancel_task: Callable[[Any], None] | None,
+    exit_expired: Callable[..., None],
+    /,
+) -> None: ...

@@ -27,7 +27,18 @@ typedef struct {
     PyObject *get_running_loop;      /* owned, imported on first call_later */
     PyObject *run_task;              /* owned: _run_task, submitted to executors */
     PyObject *threads_exiting_hook;  /* owned: _threads_exiting */
-    TimerObject *live;               /* borrowed: started, not stopped */
+    PyTypeObject *done_type;         /* owned */
+    PyTypeObject *scope_type;        /* owned */
+    PyObject *done_none;             /* owned: a _Done of None, shared */
+    PyObject *empty_tuple;           /* owned */
+    /* owned, from _setup_scopes(); NULL until hwtimer._asyncio is imported,
+       the hooks also NULL where tasks have cancelling() (3.11+) */
+    PyObject *default_timer, *current_task;
+    PyObject *cancelling_hook, *cancel_hook, *exit_expired_hook;
+    /* owned, interned method names */
+    PyObject *str_time, *str_get_loop, *str_cancelling, *str_cancel, *str_call_soon,
+        *str_on_timeout;
+    TimerObject *live; /* borrowed: started, not stopped */
     Py_ssize_t nlive;
     bool warned_too_many;
     bool exiting;         /* the atexit hook ran: no new workers */
@@ -104,6 +115,9 @@ hwtimer_state *hwtimer_state_of_type(PyTypeObject *tp);
 /* Parses seconds (int, float, timedelta, or anything with __float__) into
    ns, saturating at HWT_NEVER.  Returns 0, or -1 with TypeError/ValueError. */
 int hwtimer_parse_delay(hwtimer_state *st, PyObject *obj, const char *what, int64_t *ns);
+/* Seconds into ns, rounded up (never early) and saturated; NaN is
+   ValueError.  Returns 0 or -1. */
+int hwtimer_delay_from_seconds(double seconds, const char *what, int64_t *ns);
 /* Same, as seconds: returns 0 or -1; NaN is left to the caller. */
 int hwtimer_parse_seconds(hwtimer_state *st, PyObject *obj, const char *what, double *out);
 /* Logs the current exception as a task's failure on the "hwtimer" logger
@@ -150,8 +164,36 @@ extern PyType_Spec hwtimer_dispatch_spec;
 /* Stops `timer` and returns the list stop() returns (new reference), or
    NULL with an exception. */
 PyObject *hwtimer_timer_stop(TimerObject *timer);
+/* Schedules callback(*args) (args a tuple) on `loop` in `context` (NULL: a
+   copy of the current one).  Returns a new LoopTimeout or NULL. */
+PyObject *hwtimer_call_later(TimerObject *self, int64_t delay, PyObject *callback, PyObject *args,
+                             PyObject *loop, PyObject *context);
+/* Returns the running event loop (new reference), or NULL with
+   RuntimeError when there is none. */
+PyObject *hwtimer_running_loop(hwtimer_state *st);
 /* Starts the worker and dispatch thread if needed.  Returns 0 or -1. */
 int hwtimer_timer_start(TimerObject *timer);
+
+/* scope.c */
+/* An awaitable already done with `value`. */
+typedef struct {
+    PyObject_HEAD PyObject *value; /* owned */
+} DoneObject;
+
+/* hwtimer.TimeoutScope: asyncio.timeout() on the wheel. */
+typedef struct {
+    PyObject_HEAD int state;
+    PyObject *when;        /* owned float (loop.time()) or None */
+    PyObject *timer;       /* owned TimerObject, or NULL: default_timer() */
+    PyObject *task;        /* owned while entered */
+    PyObject *loop;        /* owned once entered */
+    PyObject *handle;      /* owned: the deadline's Timeout or loop Handle */
+    Py_ssize_t cancelling; /* the task's cancel requests on entering */
+    double created_at;     /* loop.time() when made by _after(), else NaN */
+} ScopeObject;
+
+extern PyType_Spec hwtimer_done_spec;
+extern PyType_Spec hwtimer_scope_spec;
 
 /* loopsink.c */
 extern PyType_Spec hwtimer_loop_sink_spec;

@@ -87,8 +87,7 @@ static int int_delay(PyObject *integer, int64_t *ns)
     return 0;
 }
 
-/* Seconds into saturated ns, rounded up: never early.  Returns 0 or -1. */
-static int float_delay(double d, const char *what, int64_t *ns)
+int hwtimer_delay_from_seconds(double d, const char *what, int64_t *ns)
 {
     if (isnan(d)) {
         PyErr_Format(PyExc_ValueError, "%s must not be NaN", what);
@@ -107,7 +106,7 @@ static int float_delay(double d, const char *what, int64_t *ns)
 int hwtimer_parse_delay(hwtimer_state *st, PyObject *obj, const char *what, int64_t *ns)
 {
     if (PyFloat_CheckExact(obj))
-        return float_delay(PyFloat_AS_DOUBLE(obj), what, ns);
+        return hwtimer_delay_from_seconds(PyFloat_AS_DOUBLE(obj), what, ns);
     if (PyLong_CheckExact(obj))
         return int_delay(obj, ns);
     if (PyBool_Check(obj))
@@ -125,7 +124,7 @@ int hwtimer_parse_delay(hwtimer_state *st, PyObject *obj, const char *what, int6
     double d;
     if (hwtimer_parse_seconds(st, obj, what, &d) < 0)
         return -1;
-    return float_delay(d, what, ns);
+    return hwtimer_delay_from_seconds(d, what, ns);
 }
 
 /* ---- logging ---- */
@@ -206,6 +205,29 @@ void hwtimer_watch_thread_exit(hwtimer_state *st)
     PyErr_Clear(); /* an older threading, or one already exiting */
 }
 
+/* _setup_scopes(default_timer, current_task, cancelling, cancel_task,
+   exit_expired): what TimeoutScope takes from hwtimer._asyncio.  The two
+   middle ones are None where Task.cancelling() exists (3.11+). */
+static PyObject *setup_scopes(PyObject *module, PyObject *args)
+{
+    hwtimer_state *st = state_of_module(module);
+    PyObject *default_timer, *current_task, *cancelling, *cancel_task, *exit_expired;
+    if (!PyArg_UnpackTuple(args, "_setup_scopes", 5, 5, &default_timer, &current_task, &cancelling,
+                           &cancel_task, &exit_expired))
+        return NULL;
+    Py_INCREF(default_timer);
+    Py_XSETREF(st->default_timer, default_timer);
+    Py_INCREF(current_task);
+    Py_XSETREF(st->current_task, current_task);
+    Py_XSETREF(st->cancelling_hook,
+               cancelling == Py_None ? NULL : (Py_INCREF(cancelling), cancelling));
+    Py_XSETREF(st->cancel_hook,
+               cancel_task == Py_None ? NULL : (Py_INCREF(cancel_task), cancel_task));
+    Py_INCREF(exit_expired);
+    Py_XSETREF(st->exit_expired_hook, exit_expired);
+    Py_RETURN_NONE;
+}
+
 /* Stops every running timer; registered with atexit. */
 static PyObject *stop_all(PyObject *module, PyObject *unused)
 {
@@ -229,6 +251,9 @@ static PyMethodDef module_methods[] = {
      "_run_task($module, timeout, /)\n--\n\nRuns a timeout's task on this thread (for executors)."},
     {"_threads_exiting", threads_exiting, METH_NOARGS,
      "_threads_exiting($module, /)\n--\n\nNotes that threading's exit hooks run."},
+    {"_setup_scopes", setup_scopes, METH_VARARGS,
+     "_setup_scopes($module, default_timer, current_task, cancelling, cancel_task, "
+     "exit_expired, /)\n--\n\nWhat TimeoutScope takes from hwtimer._asyncio."},
     {"_stop_all", stop_all, METH_NOARGS,
      "_stop_all($module, /)\n--\n\nStops every running timer (the atexit hook)."},
     {NULL, NULL, 0, NULL},
@@ -266,11 +291,30 @@ static int module_exec(PyObject *module)
         add_type(module, &hwtimer_loop_timeout_spec, (PyObject *)st->timeout_type,
                  &st->loop_timeout_type) < 0 ||
         add_type(module, &hwtimer_dispatch_spec, NULL, &st->dispatch_type) < 0 ||
-        add_type(module, &hwtimer_loop_sink_spec, NULL, &st->loop_sink_type) < 0)
+        add_type(module, &hwtimer_loop_sink_spec, NULL, &st->loop_sink_type) < 0 ||
+        add_type(module, &hwtimer_done_spec, NULL, &st->done_type) < 0 ||
+        add_type(module, &hwtimer_scope_spec, NULL, &st->scope_type) < 0)
         return -1;
     if (add_ref(module, "HashedWheelTimer", (PyObject *)st->timer_type) < 0 ||
-        add_ref(module, "Timeout", (PyObject *)st->timeout_type) < 0)
+        add_ref(module, "Timeout", (PyObject *)st->timeout_type) < 0 ||
+        add_ref(module, "TimeoutScope", (PyObject *)st->scope_type) < 0)
         return -1;
+    st->empty_tuple = PyTuple_New(0);
+    st->str_time = PyUnicode_InternFromString("time");
+    st->str_get_loop = PyUnicode_InternFromString("get_loop");
+    st->str_cancelling = PyUnicode_InternFromString("cancelling");
+    st->str_cancel = PyUnicode_InternFromString("cancel");
+    st->str_call_soon = PyUnicode_InternFromString("call_soon");
+    st->str_on_timeout = PyUnicode_InternFromString("_on_timeout");
+    if (!st->empty_tuple || !st->str_time || !st->str_get_loop || !st->str_cancelling ||
+        !st->str_cancel || !st->str_call_soon || !st->str_on_timeout)
+        return -1;
+    DoneObject *done = PyObject_New(DoneObject, st->done_type);
+    if (!done)
+        return -1;
+    Py_INCREF(Py_None);
+    done->value = Py_None;
+    st->done_none = (PyObject *)done;
     st->rejected_error = PyErr_NewExceptionWithDoc(
         "hwtimer.RejectedExecutionError",
         "Raised by new_timeout() when the timer already holds max_pending_timeouts.",
@@ -315,6 +359,21 @@ static int module_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(st->get_running_loop);
     Py_VISIT(st->run_task);
     Py_VISIT(st->threads_exiting_hook);
+    Py_VISIT(st->done_type);
+    Py_VISIT(st->scope_type);
+    Py_VISIT(st->done_none);
+    Py_VISIT(st->empty_tuple);
+    Py_VISIT(st->default_timer);
+    Py_VISIT(st->current_task);
+    Py_VISIT(st->cancelling_hook);
+    Py_VISIT(st->cancel_hook);
+    Py_VISIT(st->exit_expired_hook);
+    Py_VISIT(st->str_time);
+    Py_VISIT(st->str_get_loop);
+    Py_VISIT(st->str_cancelling);
+    Py_VISIT(st->str_cancel);
+    Py_VISIT(st->str_call_soon);
+    Py_VISIT(st->str_on_timeout);
     return 0;
 }
 
@@ -333,6 +392,21 @@ static int module_clear(PyObject *module)
     Py_CLEAR(st->get_running_loop);
     Py_CLEAR(st->run_task);
     Py_CLEAR(st->threads_exiting_hook);
+    Py_CLEAR(st->done_type);
+    Py_CLEAR(st->scope_type);
+    Py_CLEAR(st->done_none);
+    Py_CLEAR(st->empty_tuple);
+    Py_CLEAR(st->default_timer);
+    Py_CLEAR(st->current_task);
+    Py_CLEAR(st->cancelling_hook);
+    Py_CLEAR(st->cancel_hook);
+    Py_CLEAR(st->exit_expired_hook);
+    Py_CLEAR(st->str_time);
+    Py_CLEAR(st->str_get_loop);
+    Py_CLEAR(st->str_cancelling);
+    Py_CLEAR(st->str_cancel);
+    Py_CLEAR(st->str_call_soon);
+    Py_CLEAR(st->str_on_timeout);
     return 0;
 }
 

@@ -506,9 +506,7 @@ static PyObject *timer_new_timeout(TimerObject *self, PyObject *const *args, Py_
     return to;
 }
 
-/* Returns the running event loop (new reference), or NULL with
-   RuntimeError when there is none. */
-static PyObject *running_loop(hwtimer_state *st)
+PyObject *hwtimer_running_loop(hwtimer_state *st)
 {
     if (!st->get_running_loop) {
         PyObject *m = PyImport_ImportModule("asyncio.events");
@@ -526,6 +524,28 @@ static PyObject *running_loop(hwtimer_state *st)
         return NULL;
     }
     return loop;
+}
+
+PyObject *hwtimer_call_later(TimerObject *self, int64_t delay, PyObject *callback, PyObject *args,
+                             PyObject *loop, PyObject *context)
+{
+    LoopSinkObject *sink;
+    if (hwtimer_timer_start(self) < 0 || !(sink = hwtimer_loop_sink_for(self, loop)))
+        return NULL;
+    LoopTimeoutObject *to = (LoopTimeoutObject *)hwtimer_timeout_new(
+        self, self->state->loop_timeout_type, &sink->sink, callback);
+    if (!to)
+        return NULL;
+    Py_INCREF(sink);
+    to->sink = sink;
+    Py_INCREF(args);
+    to->args = args;
+    to->context = context ? (Py_INCREF(context), context) : PyContext_CopyCurrent();
+    if (!to->context || hwtimer_timeout_submit(self, (PyObject *)to, delay) < 0) {
+        Py_DECREF(to);
+        return NULL;
+    }
+    return (PyObject *)to;
 }
 
 static PyObject *timer_call_later(TimerObject *self, PyObject *const *args, Py_ssize_t nargs,
@@ -565,37 +585,22 @@ static PyObject *timer_call_later(TimerObject *self, PyObject *const *args, Py_s
     }
     PyObject *owned_loop = NULL;
     if (!loop || loop == Py_None) {
-        loop = owned_loop = running_loop(self->state);
+        loop = owned_loop = hwtimer_running_loop(self->state);
         if (!loop)
             return NULL;
     }
-    PyObject *result = NULL;
-    LoopSinkObject *sink;
-    if (hwtimer_timer_start(self) < 0 || !(sink = hwtimer_loop_sink_for(self, loop)))
-        goto done;
-    LoopTimeoutObject *to = (LoopTimeoutObject *)hwtimer_timeout_new(
-        self, self->state->loop_timeout_type, &sink->sink, callback);
-    if (!to)
-        goto done;
-    Py_INCREF(sink);
-    to->sink = sink;
-    to->args = PyTuple_New(nargs - 2);
-    to->context =
-        context && context != Py_None ? (Py_INCREF(context), context) : PyContext_CopyCurrent();
-    if (!to->args || !to->context) {
-        Py_DECREF(to);
-        goto done;
+    PyObject *cb_args = PyTuple_New(nargs - 2);
+    if (!cb_args) {
+        Py_XDECREF(owned_loop);
+        return NULL;
     }
     for (Py_ssize_t i = 2; i < nargs; i++) {
         Py_INCREF(args[i]);
-        PyTuple_SET_ITEM(to->args, i - 2, args[i]);
+        PyTuple_SET_ITEM(cb_args, i - 2, args[i]);
     }
-    if (hwtimer_timeout_submit(self, (PyObject *)to, delay) < 0) {
-        Py_DECREF(to);
-        goto done;
-    }
-    result = (PyObject *)to;
-done:
+    PyObject *result = hwtimer_call_later(self, delay, callback, cb_args, loop,
+                                          context == Py_None ? NULL : context);
+    Py_DECREF(cb_args);
     Py_XDECREF(owned_loop);
     return result;
 }

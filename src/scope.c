@@ -1,0 +1,455 @@
+/*
+ * scope.c: hwtimer.TimeoutScope, the async context manager behind
+ * hwtimer.timeout() and timeout_at(): asyncio.timeout() with its deadline
+ * on a HashedWheelTimer.
+ *
+ * Entering and leaving a scope whose deadline does not pass is the hot
+ * path of every request, so it is C: __aenter__ and __aexit__ return an
+ * awaitable that is already done instead of starting a coroutine, and the
+ * deadline goes straight onto the wheel.  What differs between Python
+ * versions (Task.cancelling() and uncancel() arrived in 3.11) and the rare
+ * exit of an expired scope are Python functions of hwtimer._asyncio, handed
+ * over once by _setup_scopes().
+ */
+#include "binding.h"
+
+#include <math.h>
+
+enum { CREATED, ENTERED, EXPIRING, EXPIRED, EXITED };
+static const char *const state_names[] = {"created", "active", "expiring", "expired", "finished"};
+
+/* ---- an awaitable that is done: `await` gives its value at once ---- */
+
+static PyObject *done_await(DoneObject *self)
+{
+    Py_INCREF(self);
+    return (PyObject *)self;
+}
+
+static PyObject *done_next(DoneObject *self)
+{
+    if (self->value != Py_None)
+        PyErr_SetObject(PyExc_StopIteration, self->value);
+    return NULL; /* with no exception set: StopIteration(None) */
+}
+
+/* Not tracked by the cyclic GC: it holds a scope, which holds nothing of
+   it, and lives for one `await`. */
+static void done_dealloc(DoneObject *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    Py_CLEAR(self->value);
+    tp->tp_free(self);
+    Py_DECREF(tp);
+}
+
+static PyType_Slot done_slots[] = {
+    {Py_tp_new, hwtimer_new_refused}, {Py_tp_dealloc, done_dealloc},
+    {Py_tp_iter, PyObject_SelfIter},  {Py_tp_iternext, done_next},
+    {Py_am_await, done_await},        {0, NULL},
+};
+
+PyType_Spec hwtimer_done_spec = {
+    .name = "hwtimer._Done",
+    .basicsize = sizeof(DoneObject),
+    .flags = Py_TPFLAGS_DEFAULT,
+    .slots = done_slots,
+};
+
+/* Returns a new awaitable done with `value`, or NULL. */
+static PyObject *done_new(hwtimer_state *st, PyObject *value)
+{
+    DoneObject *d = PyObject_New(DoneObject, st->done_type);
+    if (!d)
+        return NULL;
+    Py_INCREF(value);
+    d->value = value;
+    return (PyObject *)d;
+}
+
+/* ---- the scope ---- */
+
+static hwtimer_state *scope_state(ScopeObject *self)
+{
+    return hwtimer_state_of_type(Py_TYPE(self));
+}
+
+/* obj.name(*args) for an interned name, without a bound method. */
+static PyObject *call_method(PyObject *obj, PyObject *name, PyObject *arg)
+{
+    PyObject *args[2] = {obj, arg};
+    return PyObject_VectorcallMethod(name, args, (arg ? 2 : 1) | PY_VECTORCALL_ARGUMENTS_OFFSET,
+                                     NULL);
+}
+
+/* Puts the deadline `when` (loop.time()) on the wheel, or, if it has
+   passed, on the loop for its next iteration, as asyncio does.  Returns 0
+   or -1. */
+static int scope_schedule(ScopeObject *self, double when)
+{
+    hwtimer_state *st = scope_state(self);
+    double now = self->created_at;
+    self->created_at = Py_NAN; /* good for the first deadline only */
+    if (isnan(now)) {
+        PyObject *now_o = call_method(self->loop, st->str_time, NULL);
+        if (!now_o)
+            return -1;
+        now = PyFloat_AsDouble(now_o);
+        Py_DECREF(now_o);
+        if (now == -1.0 && PyErr_Occurred())
+            return -1;
+    }
+    PyObject *callback = PyObject_GetAttr((PyObject *)self, st->str_on_timeout);
+    if (!callback)
+        return -1;
+    PyObject *handle = NULL;
+    double delay = when - now;
+    if (!(delay > 0)) {
+        handle = call_method(self->loop, st->str_call_soon, callback);
+    } else {
+        if (!self->timer) {
+            self->timer = PyObject_CallNoArgs(st->default_timer);
+            if (!self->timer) {
+                Py_DECREF(callback);
+                return -1;
+            }
+        }
+        int64_t delay_ns;
+        if (hwtimer_delay_from_seconds(delay, "delay", &delay_ns) == 0)
+            handle = hwtimer_call_later((TimerObject *)self->timer, delay_ns, callback,
+                                        st->empty_tuple, self->loop, NULL);
+    }
+    Py_DECREF(callback);
+    if (!handle)
+        return -1;
+    Py_XSETREF(self->handle, handle);
+    return 0;
+}
+
+/* Cancels the pending deadline, if any. */
+static int scope_unschedule(ScopeObject *self)
+{
+    PyObject *handle = self->handle;
+    if (!handle)
+        return 0;
+    self->handle = NULL;
+    int r = 0;
+    if (PyObject_TypeCheck(handle, scope_state(self)->timeout_type)) {
+        if (hwt_timeout_cancel(&((TimeoutObject *)handle)->node) < 0) {
+            PyErr_NoMemory();
+            r = -1;
+        }
+    } else {
+        PyObject *res = call_method(handle, scope_state(self)->str_cancel, NULL);
+        r = res ? 0 : -1;
+        Py_XDECREF(res);
+    }
+    Py_DECREF(handle);
+    return r;
+}
+
+static int scope_init(ScopeObject *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"when", "timer", NULL};
+    PyObject *when, *timer = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|$O:TimeoutScope", kwlist, &when, &timer))
+        return -1;
+    hwtimer_state *st = scope_state(self);
+    if (when != Py_None && !PyFloat_Check(when) && !PyLong_Check(when)) {
+        PyErr_Format(PyExc_TypeError, "when must be a float or None, not %.200s",
+                     Py_TYPE(when)->tp_name);
+        return -1;
+    }
+    if (timer != Py_None && !PyObject_TypeCheck(timer, st->timer_type)) {
+        PyErr_Format(PyExc_TypeError, "timer must be a HashedWheelTimer or None, not %.200s",
+                     Py_TYPE(timer)->tp_name);
+        return -1;
+    }
+    if (self->state != CREATED || self->task) {
+        PyErr_SetString(PyExc_RuntimeError, "TimeoutScope is already initialised");
+        return -1;
+    }
+    Py_INCREF(when);
+    Py_XSETREF(self->when, when);
+    Py_XSETREF(self->timer, timer == Py_None ? NULL : (Py_INCREF(timer), timer));
+    self->created_at = Py_NAN;
+    return 0;
+}
+
+/* TimeoutScope._after(seconds, timer): a scope due `seconds` from now on
+   the running loop, which it keeps; timeout()'s fast path. */
+static PyObject *scope_after(PyTypeObject *tp, PyObject *const *args, Py_ssize_t nargs)
+{
+    hwtimer_state *st = hwtimer_state_of_type(tp);
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "_after() takes seconds and timer");
+        return NULL;
+    }
+    double seconds = PyFloat_AsDouble(args[0]);
+    if (seconds == -1.0 && PyErr_Occurred())
+        return NULL;
+    PyObject *timer = args[1];
+    if (timer != Py_None && !PyObject_TypeCheck(timer, st->timer_type)) {
+        PyErr_Format(PyExc_TypeError, "timer must be a HashedWheelTimer or None, not %.200s",
+                     Py_TYPE(timer)->tp_name);
+        return NULL;
+    }
+    PyObject *loop = hwtimer_running_loop(st);
+    if (!loop)
+        return NULL;
+    PyObject *now_o = call_method(loop, st->str_time, NULL);
+    double now = now_o ? PyFloat_AsDouble(now_o) : -1.0;
+    Py_XDECREF(now_o);
+    ScopeObject *self = NULL;
+    if (!(now == -1.0 && PyErr_Occurred()))
+        self = (ScopeObject *)tp->tp_alloc(tp, 0);
+    if (self) {
+        self->when = PyFloat_FromDouble(now + seconds);
+        self->created_at = now;
+        self->loop = loop;
+        loop = NULL;
+        if (timer != Py_None) {
+            Py_INCREF(timer);
+            self->timer = timer;
+        }
+        if (!self->when)
+            Py_CLEAR(self);
+    }
+    Py_XDECREF(loop);
+    return (PyObject *)self;
+}
+
+static PyObject *scope_when(ScopeObject *self, PyObject *unused)
+{
+    (void)unused;
+    PyObject *when = self->when ? self->when : Py_None;
+    Py_INCREF(when);
+    return when;
+}
+
+static PyObject *scope_expired(ScopeObject *self, PyObject *unused)
+{
+    (void)unused;
+    return PyBool_FromLong(self->state == EXPIRING || self->state == EXPIRED);
+}
+
+static PyObject *scope_reschedule(ScopeObject *self, PyObject *when)
+{
+    if (self->state != ENTERED) {
+        if (self->state == CREATED)
+            PyErr_SetString(PyExc_RuntimeError, "TimeoutScope has not been entered");
+        else
+            PyErr_Format(PyExc_RuntimeError, "Cannot change state of %s TimeoutScope",
+                         state_names[self->state]);
+        return NULL;
+    }
+    double w = 0;
+    if (when != Py_None && (w = PyFloat_AsDouble(when)) == -1.0 && PyErr_Occurred())
+        return NULL;
+    Py_INCREF(when);
+    Py_XSETREF(self->when, when);
+    if (scope_unschedule(self) < 0 || (when != Py_None && scope_schedule(self, w) < 0))
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* Returns the task's count of pending cancel requests, or -1. */
+static Py_ssize_t task_cancelling(hwtimer_state *st, PyObject *task)
+{
+    PyObject *r = st->cancelling_hook ? PyObject_CallOneArg(st->cancelling_hook, task)
+                                      : call_method(task, st->str_cancelling, NULL);
+    if (!r)
+        return -1;
+    Py_ssize_t n = PyLong_AsSsize_t(r);
+    Py_DECREF(r);
+    return n;
+}
+
+static PyObject *scope_aenter(ScopeObject *self, PyObject *unused)
+{
+    (void)unused;
+    hwtimer_state *st = scope_state(self);
+    if (self->state != CREATED) {
+        PyErr_SetString(PyExc_RuntimeError, "TimeoutScope has already been entered");
+        return NULL;
+    }
+    /* With the loop known (timeout() found it), current_task(loop) does not
+       look for the running loop again. */
+    PyObject *task = self->loop ? PyObject_CallOneArg(st->current_task, self->loop)
+                                : PyObject_CallNoArgs(st->current_task);
+    if (!task)
+        return NULL;
+    if (task == Py_None) {
+        Py_DECREF(task);
+        PyErr_SetString(PyExc_RuntimeError, "TimeoutScope should be used inside a task");
+        return NULL;
+    }
+    PyObject *loop = call_method(task, st->str_get_loop, NULL);
+    Py_ssize_t cancelling = loop ? task_cancelling(st, task) : -1;
+    if (cancelling < 0) {
+        Py_DECREF(task);
+        Py_XDECREF(loop);
+        return NULL;
+    }
+    self->state = ENTERED;
+    Py_XSETREF(self->task, task);
+    Py_XSETREF(self->loop, loop);
+    self->cancelling = cancelling;
+    if (self->when && self->when != Py_None) {
+        double when = PyFloat_AsDouble(self->when);
+        if ((when == -1.0 && PyErr_Occurred()) || scope_schedule(self, when) < 0)
+            return NULL;
+    }
+    return done_new(st, (PyObject *)self);
+}
+
+static PyObject *scope_aexit(ScopeObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    hwtimer_state *st = scope_state(self);
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "__aexit__ takes exc_type, exc and tb");
+        return NULL;
+    }
+    int state = self->state;
+    if (state != ENTERED && state != EXPIRING) {
+        PyErr_Format(PyExc_RuntimeError, "Cannot exit %s TimeoutScope", state_names[state]);
+        return NULL;
+    }
+    if (scope_unschedule(self) < 0)
+        return NULL;
+    PyObject *task = self->task; /* the reference moves here */
+    self->task = NULL;
+    if (state == ENTERED) {
+        self->state = EXITED;
+        Py_XDECREF(task);
+        Py_INCREF(st->done_none);
+        return st->done_none;
+    }
+    self->state = EXPIRED;
+    /* The deadline cancelled the task: turn that into TimeoutError, if the
+       cancellation is this scope's alone. */
+    PyObject *cancelling = PyLong_FromSsize_t(self->cancelling);
+    PyObject *r = cancelling ? PyObject_CallFunctionObjArgs(st->exit_expired_hook, task, cancelling,
+                                                            args[0], args[1], NULL)
+                             : NULL;
+    Py_XDECREF(cancelling);
+    Py_XDECREF(task);
+    if (!r)
+        return NULL;
+    Py_DECREF(r);
+    Py_INCREF(st->done_none);
+    return st->done_none;
+}
+
+static PyObject *scope_on_timeout(ScopeObject *self, PyObject *unused)
+{
+    (void)unused;
+    hwtimer_state *st = scope_state(self);
+    PyObject *handle = self->handle;
+    if (!handle || self->state != ENTERED)
+        Py_RETURN_NONE; /* the block was left, or its deadline moved */
+    /* A wheel timeout whose cancel() came too late (it had expired and was
+       on its way to the loop) still calls back: stale unless it expired. */
+    if (PyObject_TypeCheck(handle, st->timeout_type) &&
+        atomic_load(&((TimeoutObject *)handle)->node.state) != HWT_EXPIRED)
+        Py_RETURN_NONE;
+    self->handle = NULL;
+    Py_DECREF(handle);
+    PyObject *r = st->cancel_hook ? PyObject_CallOneArg(st->cancel_hook, self->task)
+                                  : call_method(self->task, st->str_cancel, NULL);
+    if (!r)
+        return NULL;
+    Py_DECREF(r);
+    self->state = EXPIRING;
+    Py_RETURN_NONE;
+}
+
+static PyObject *scope_repr(ScopeObject *self)
+{
+    const char *name = state_names[self->state];
+    if (self->state != ENTERED)
+        return PyUnicode_FromFormat("<TimeoutScope [%s]>", name);
+    if (!self->when || self->when == Py_None)
+        return PyUnicode_FromFormat("<TimeoutScope [%s] when=None>", name);
+    double when = PyFloat_AsDouble(self->when);
+    if (when == -1.0 && PyErr_Occurred())
+        return NULL;
+    char *text = PyOS_double_to_string(when, 'f', 3, 0, NULL);
+    if (!text)
+        return NULL;
+    PyObject *r = PyUnicode_FromFormat("<TimeoutScope [%s] when=%s>", name, text);
+    PyMem_Free(text);
+    return r;
+}
+
+static int scope_traverse(ScopeObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(self));
+    Py_VISIT(self->when);
+    Py_VISIT(self->timer);
+    Py_VISIT(self->task);
+    Py_VISIT(self->loop);
+    Py_VISIT(self->handle);
+    return 0;
+}
+
+static int scope_clear(ScopeObject *self)
+{
+    Py_CLEAR(self->when);
+    Py_CLEAR(self->timer);
+    Py_CLEAR(self->task);
+    Py_CLEAR(self->loop);
+    Py_CLEAR(self->handle);
+    return 0;
+}
+
+static void scope_dealloc(ScopeObject *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    scope_clear(self);
+    tp->tp_free(self);
+    Py_DECREF(tp);
+}
+
+static PyMethodDef scope_methods[] = {
+    {"_after", (PyCFunction)(void (*)(void))scope_after, METH_FASTCALL | METH_CLASS,
+     "_after($type, seconds, timer, /)\n--\n\nA scope due `seconds` from now on the running "
+     "loop."},
+    {"when", (PyCFunction)scope_when, METH_NOARGS,
+     "when($self, /)\n--\n\nThe current deadline on loop.time(), or None."},
+    {"expired", (PyCFunction)scope_expired, METH_NOARGS,
+     "expired($self, /)\n--\n\nWhether the deadline passed while the block ran."},
+    {"reschedule", (PyCFunction)scope_reschedule, METH_O,
+     "reschedule($self, when, /)\n--\n\nMoves the deadline to `when` (absolute, on loop.time()); "
+     "None removes it."},
+    {"__aenter__", (PyCFunction)scope_aenter, METH_NOARGS, "__aenter__($self, /)\n--\n\n"},
+    {"__aexit__", (PyCFunction)(void (*)(void))scope_aexit, METH_FASTCALL,
+     "__aexit__($self, exc_type, exc, tb, /)\n--\n\n"},
+    {"_on_timeout", (PyCFunction)scope_on_timeout, METH_NOARGS,
+     "_on_timeout($self, /)\n--\n\nCancels the task: the deadline has passed."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyType_Slot scope_slots[] = {
+    {Py_tp_doc, "TimeoutScope(when, *, timer=None)\n--\n\n"
+                "Async context manager that cancels the block it guards once its deadline "
+                "(on loop.time()) has passed, and raises TimeoutError out of it: "
+                "asyncio.timeout() with the deadline on a HashedWheelTimer.  Made by "
+                "hwtimer.timeout() and hwtimer.timeout_at()."},
+    {Py_tp_init, scope_init},
+    {Py_tp_new, PyType_GenericNew},
+    {Py_tp_dealloc, scope_dealloc},
+    {Py_tp_traverse, scope_traverse},
+    {Py_tp_clear, scope_clear},
+    {Py_tp_repr, scope_repr},
+    {Py_tp_methods, scope_methods},
+    {0, NULL},
+};
+
+PyType_Spec hwtimer_scope_spec = {
+    .name = "hwtimer.TimeoutScope",
+    .basicsize = sizeof(ScopeObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .slots = scope_slots,
+};
