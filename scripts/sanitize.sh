@@ -84,6 +84,12 @@ export TSAN_OPTIONS="die_after_fork=0:second_deadlock_stack=1:$common:suppressio
 
 if [ $# -eq 0 ]; then
     set -- -q -p no:cacheprovider "$root/tests" --ignore="$root/tests/test_core_model.py"
+    if [ "$mode" = thread ]; then
+        # TSan cannot follow a child forked from a process with threads whose
+        # ids the child then reuses ("dup thread with used id", in TSan's own
+        # registry, not in hwtimer): the fork tests run under ASan instead.
+        set -- "$@" -k "not fork"
+    fi
 fi
 echo "==== sanitize.sh: pytest $* (LD_PRELOAD=$preload)"
 cd "$work" # import the installed, sanitized package, not the work tree

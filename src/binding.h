@@ -13,6 +13,7 @@
 #include "hwt.h"
 
 typedef struct TimerObject TimerObject;
+typedef struct TimeoutObject TimeoutObject;
 
 typedef struct {
     PyTypeObject *timer_type;        /* owned */
@@ -41,6 +42,9 @@ typedef struct {
     TimerObject *live; /* borrowed: started, not stopped */
     Py_ssize_t nlive;
     bool warned_too_many;
+    TimeoutObject *free_timeouts; /* owned, unlinked memory of released
+                                     Timeouts, chained through `task` */
+    Py_ssize_t nfree;
     bool exiting;         /* the atexit hook ran: no new workers */
     bool threads_exiting; /* threading's exit hooks run: executors refuse work */
     bool threads_hook;    /* _threads_exiting is registered with threading */
@@ -48,11 +52,12 @@ typedef struct {
 } hwtimer_state;
 
 struct TimerObject {
-    PyObject_HEAD hwt_timer *core; /* owned reference */
-    PyObject *executor;            /* owned, or NULL */
-    PyObject *dispatcher;          /* owned DispatchObject, NULL until started */
-    PyObject *loop_sinks;          /* owned list of LoopSinkObject */
-    PyObject *name;                /* owned str: the worker thread's name */
+    PyObject_HEAD
+    hwt_timer *core;      /* owned reference */
+    PyObject *executor;   /* owned, or NULL */
+    PyObject *dispatcher; /* owned DispatchObject, NULL until started */
+    PyObject *loop_sinks; /* owned list of LoopSinkObject */
+    PyObject *name;       /* owned str: the worker thread's name */
     PyObject *weakreflist;
     hwtimer_state *state; /* borrowed: the module's, outlives every timer */
     double tick_duration;
@@ -67,10 +72,11 @@ struct TimerObject {
    pending it is not tracked by the cyclic GC: the wheel owns a reference to
    it, so it cannot be garbage, and a million of them cost a collection
    nothing.  It is tracked once the wheel gives it back. */
-typedef struct {
-    PyObject_HEAD hwt_timeout node;
+struct TimeoutObject {
+    PyObject_HEAD
+    hwt_timeout node;
     PyObject *task; /* owned */
-} TimeoutObject;
+};
 
 typedef struct LoopSinkObject LoopSinkObject;
 
@@ -85,10 +91,11 @@ typedef struct {
 
 /* Delivery to one event loop: an eventfd the loop watches, drained in C. */
 struct LoopSinkObject {
-    PyObject_HEAD hwt_sink sink; /* sink.owner: the TimerObject, borrowed */
-    PyObject *loop_ref;          /* owned weakref to the loop, or NULL */
-    PyObject *loop;              /* owned if owns_loop (a loop that cannot be weakly
-                                    referenced), else borrowed: compared only */
+    PyObject_HEAD
+    hwt_sink sink;      /* sink.owner: the TimerObject, borrowed */
+    PyObject *loop_ref; /* owned weakref to the loop, or NULL */
+    PyObject *loop;     /* owned if owns_loop (a loop that cannot be weakly
+                           referenced), else borrowed: compared only */
     bool owns_loop;
     bool closed; /* delivers nothing more */
 };
@@ -96,7 +103,8 @@ struct LoopSinkObject {
 /* The object whose run() is the body of a timer's dispatch thread.  It
    shares the core with the timer, so it can outlive the TimerObject. */
 typedef struct {
-    PyObject_HEAD hwt_timer *core; /* owned reference */
+    PyObject_HEAD
+    hwt_timer *core; /* owned reference */
     pthread_mutex_t lock;
     pthread_cond_t done_cond;
     bool done;               /* run() has finished its last batch */
@@ -177,12 +185,14 @@ int hwtimer_timer_start(TimerObject *timer);
 /* scope.c */
 /* An awaitable already done with `value`. */
 typedef struct {
-    PyObject_HEAD PyObject *value; /* owned */
+    PyObject_HEAD
+    PyObject *value; /* owned */
 } DoneObject;
 
 /* hwtimer.TimeoutScope: asyncio.timeout() on the wheel. */
 typedef struct {
-    PyObject_HEAD int state;
+    PyObject_HEAD
+    int state;
     PyObject *when;        /* owned float (loop.time()) or None */
     PyObject *timer;       /* owned TimerObject, or NULL: default_timer() */
     PyObject *task;        /* owned while entered */

@@ -80,6 +80,7 @@ struct hwt_timer {
     _Atomic int cancel_wake;           /* CANCEL_WAKE_*: when cancels wake the worker */
     _Atomic uint32_t futex_word;
     _Atomic bool stopping;
+    _Atomic bool released_ready; /* `released` holds timeouts to release */
 
     _Alignas(64) pthread_mutex_t cancel_lock;
     hwt_timeout **cancels; /* owned, under cancel_lock */
@@ -106,6 +107,9 @@ struct hwt_timer {
     int64_t start_time;
 
     hwt_sink dflt;
+    /* Timeouts to release, not run: cancelled ones, and expired ones whose
+       sink was closed.  Whoever holds the embedder's lock next takes them. */
+    hwt_sink released;
     pthread_mutex_t sinks_lock;
     hwt_sink *sinks; /* every initialised sink, dflt included */
 
@@ -299,7 +303,7 @@ static void deliver(hwt_timer *t, hwt_timeout *to, hwt_sink *s)
     else
         s->batch_head = to;
     s->batch_tail = to;
-    if (s != &t->dflt && !s->in_batch) {
+    if (s != &t->dflt && s != &t->released && !s->in_batch) {
         s->in_batch = true;
         s->batch_next = t->batch_sinks;
         t->batch_sinks = s;
@@ -335,6 +339,34 @@ static hwt_timeout *publish_batch(hwt_sink *s)
     return NULL;
 }
 
+/* Asks the default sink's consumer to look at the released list. */
+static void kick(hwt_sink *s)
+{
+    pthread_mutex_lock(&s->lock);
+    s->kicked = true;
+    pthread_cond_signal(&s->ready);
+    pthread_mutex_unlock(&s->lock);
+}
+
+/* Adds this tick's released timeouts to the list that producers take in
+   passing (they hold the lock their release needs), and tells the default
+   sink's consumer, which takes them if no producer has by then. */
+static void publish_released(hwt_timer *t)
+{
+    hwt_sink *r = &t->released;
+    hwt_timeout *batch = r->batch_head, *last = r->batch_tail;
+    r->batch_head = r->batch_tail = NULL;
+    pthread_mutex_lock(&r->lock);
+    if (r->tail)
+        r->tail->link.next = &batch->link;
+    else
+        r->head = batch;
+    r->tail = last;
+    pthread_mutex_unlock(&r->lock);
+    atomic_store_explicit(&t->released_ready, true, memory_order_release);
+    kick(&t->dflt);
+}
+
 static void publish_batches(hwt_timer *t)
 {
     hwt_sink *s = t->batch_sinks;
@@ -342,23 +374,25 @@ static void publish_batches(hwt_timer *t)
     while (s) {
         hwt_sink *next = s->batch_next;
         s->in_batch = false;
-        /* a closed sink's consumer is gone: the default sink releases them */
+        /* a closed sink's consumer is gone: they are released instead */
         for (hwt_timeout *to = publish_batch(s), *n; to; to = n) {
             n = hwt_timeout_of(to->link.next);
-            deliver(t, to, &t->dflt);
+            deliver(t, to, &t->released);
         }
         s = next;
     }
     if (t->dflt.batch_head)
         publish_batch(&t->dflt);
+    if (t->released.batch_head)
+        publish_released(t);
 }
 
 /* ---- the tick: cancellations, transfer, expiry ---- */
 
-/* A cancelled timeout is done with: count it and hand it back. */
+/* A cancelled timeout is done with: hand it back to be released. */
 static void release_cancelled(hwt_timer *t, hwt_timeout *to)
 {
-    deliver(t, to, &t->dflt);
+    deliver(t, to, &t->released);
 }
 
 /* Adds n to a counter only the worker writes. */
@@ -660,6 +694,10 @@ hwt_timer *hwt_timer_new(const hwt_config *config)
     t->cancel_armed_at = INT64_MIN / 2; /* long ago */
     if (hwt_sink_init(&t->dflt, t, NULL, -1, NULL) != 0)
         goto fail_locks;
+    if (hwt_sink_init(&t->released, t, NULL, -1, NULL) != 0) {
+        hwt_sink_destroy(&t->dflt);
+        goto fail_locks;
+    }
     pthread_mutex_lock(&registry_lock);
     t->reg_next = registry;
     if (registry)
@@ -698,6 +736,7 @@ void hwt_timer_decref(hwt_timer *t)
         t->reg_next->reg_prev = t->reg_prev;
     pthread_mutex_unlock(&registry_lock);
     hwt_sink_destroy(&t->dflt);
+    hwt_sink_destroy(&t->released);
     pthread_mutex_destroy(&t->lock);
     pthread_mutex_destroy(&t->cancel_lock);
     pthread_mutex_destroy(&t->sinks_lock);
@@ -757,6 +796,19 @@ int64_t hwt_timer_now(const hwt_timer *t)
 hwt_sink *hwt_timer_default_sink(hwt_timer *t)
 {
     return &t->dflt;
+}
+
+bool hwt_timer_has_released(hwt_timer *t)
+{
+    return atomic_load_explicit(&t->released_ready, memory_order_relaxed);
+}
+
+hwt_timeout *hwt_timer_take_released(hwt_timer *t)
+{
+    if (!atomic_load_explicit(&t->released_ready, memory_order_relaxed))
+        return NULL;
+    atomic_store_explicit(&t->released_ready, false, memory_order_relaxed);
+    return hwt_sink_take(&t->released);
 }
 
 /* ---- producers ---- */
@@ -1036,11 +1088,12 @@ void hwt_sink_put_back(hwt_sink *s, hwt_timeout *list)
 hwt_timeout *hwt_sink_wait(hwt_sink *s, bool *finished)
 {
     pthread_mutex_lock(&s->lock);
-    while (!s->head && !s->finished)
+    while (!s->head && !s->finished && !s->kicked)
         pthread_cond_wait(&s->ready, &s->lock);
+    s->kicked = false;
     hwt_timeout *list = s->head;
     s->head = s->tail = NULL;
-    *finished = list == NULL;
+    *finished = list == NULL && s->finished;
     pthread_mutex_unlock(&s->lock);
     return list;
 }

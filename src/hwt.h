@@ -112,8 +112,8 @@ int hwt_timer_schedule(hwt_timer *t, hwt_timeout *to, int64_t delay_ns);
 
 /* Returns 1 if this call cancelled `to`, 0 if it had expired or been
    cancelled already, -1 (ENOMEM, nothing changed) if the cancel could not
-   be queued.  The worker unlinks it and hands it back through the timer's
-   default sink at its next tick. */
+   be queued.  The worker unlinks it at its next tick and hands it back
+   through hwt_timer_take_released(). */
 int hwt_timeout_cancel(hwt_timeout *to);
 
 int64_t hwt_timer_pending(hwt_timer *t);
@@ -121,9 +121,9 @@ void hwt_timer_stats(hwt_timer *t, hwt_stats *out);
 
 /* Stops the worker and waits for it.  Returns the timeouts that had
    neither expired nor been cancelled, each now CANCELLED and owned by the
-   caller, chained by link.next.  Cancelled ones still held go to the
-   default sink, which is then marked finished.  A second call returns
-   NULL.  Must not be called from the worker. */
+   caller, chained by link.next.  Cancelled ones still held are released
+   (hwt_timer_take_released), and every sink is marked finished.  A second
+   call returns NULL.  Must not be called from the worker. */
 hwt_timeout *hwt_timer_stop(hwt_timer *t);
 
 /* Manual mode: processes every tick whose end is at or before `now`.
@@ -146,8 +146,9 @@ struct hwt_sink {
     pthread_cond_t ready;
     /* under lock */
     hwt_timeout *head, *tail;
-    bool closed;   /* deliveries go to the default sink instead */
+    bool closed;   /* deliveries are released instead */
     bool finished; /* the timer stopped: nothing more will arrive */
+    bool kicked;   /* hwt_sink_wait returns: released timeouts wait */
     /* the worker's own: the batch it is building this tick */
     hwt_timeout *batch_head, *batch_tail;
     hwt_sink *batch_next;
@@ -156,9 +157,17 @@ struct hwt_sink {
     hwt_sink *next_sink, *prev_sink;
 };
 
-/* The sink every timeout cancelled or returned goes to, and the one for
-   timeouts without a sink of their own.  Owned by the timer. */
+/* The sink for timeouts without one of their own.  Owned by the timer. */
 hwt_sink *hwt_timer_default_sink(hwt_timer *t);
+
+/* Takes the timeouts handed back to be released, not run (cancelled ones,
+   and expired ones whose sink was closed), oldest first, or NULL; cheap
+   when there are none, so producers call it in passing.  Each batch also
+   wakes the default sink's consumer (hwt_sink_wait returns), which takes
+   them if nobody has. */
+hwt_timeout *hwt_timer_take_released(hwt_timer *t);
+/* Whether released timeouts wait to be taken. */
+bool hwt_timer_has_released(hwt_timer *t);
 
 /* Initialises `s` for timer `t`.  Returns 0 or an errno value. */
 int hwt_sink_init(hwt_sink *s, hwt_timer *t, hwt_wake_fn wake, int wake_fd, void *owner);
@@ -171,8 +180,9 @@ void hwt_sink_destroy(hwt_sink *s);
 hwt_timeout *hwt_sink_take(hwt_sink *s);
 /* Puts `list` (oldest first) back in front of what is queued. */
 void hwt_sink_put_back(hwt_sink *s, hwt_timeout *list);
-/* Blocks until something is delivered or the sink is finished; takes it.
-   Sets *finished when nothing more will ever arrive. */
+/* Blocks until something is delivered, the sink is finished, or (the
+   default sink) released timeouts wait to be taken; takes what was
+   delivered (maybe NULL).  Sets *finished when nothing more will arrive. */
 hwt_timeout *hwt_sink_wait(hwt_sink *s, bool *finished);
 
 /* Recent task lateness, kept by the embedder through the core so that

@@ -380,6 +380,12 @@ static int module_traverse(PyObject *module, visitproc visit, void *arg)
 static int module_clear(PyObject *module)
 {
     hwtimer_state *st = state_of_module(module);
+    while (st->free_timeouts) {
+        TimeoutObject *to = st->free_timeouts;
+        st->free_timeouts = (TimeoutObject *)to->task;
+        PyObject_GC_Del(to);
+    }
+    st->nfree = 0;
     Py_CLEAR(st->timer_type);
     Py_CLEAR(st->timeout_type);
     Py_CLEAR(st->loop_timeout_type);

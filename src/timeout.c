@@ -10,11 +10,29 @@
 
 #define FIELDS_OFFSET offsetof(TimeoutObject, node)
 
+/* Released Timeouts kept for reuse: a schedule+cancel pattern then
+   allocates nothing, and never counts towards a young GC collection. */
+#define MAX_FREE_TIMEOUTS 4096
+
 PyObject *hwtimer_timeout_new(TimerObject *timer, PyTypeObject *tp, hwt_sink *sink, PyObject *task)
 {
-    TimeoutObject *to = PyObject_GC_New(TimeoutObject, tp);
-    if (!to)
-        return NULL;
+    /* Release, in passing, what the worker handed back: here, with the GIL
+       held already, rather than on the dispatch thread, which would have to
+       win the GIL from this producer. */
+    hwtimer_release_chain(hwt_timer_take_released(timer->core));
+    hwtimer_state *st = timer->state;
+    TimeoutObject *to;
+    if (tp == st->timeout_type && st->free_timeouts) {
+        /* a released Timeout, untracked and still warm in the cache */
+        to = st->free_timeouts;
+        st->free_timeouts = (TimeoutObject *)to->task;
+        st->nfree--;
+        PyObject_Init((PyObject *)to, tp);
+    } else {
+        to = PyObject_GC_New(TimeoutObject, tp);
+        if (!to)
+            return NULL;
+    }
     memset((char *)to + FIELDS_OFFSET, 0, (size_t)tp->tp_basicsize - FIELDS_OFFSET);
     to->node.sink = sink;
     Py_INCREF(task);
@@ -200,9 +218,17 @@ static void timeout_dealloc(TimeoutObject *self)
 {
     PyTypeObject *tp = Py_TYPE(self);
     PyObject_GC_UnTrack(self);
-    PyObject *timer = (PyObject *)TIMER_OF(self);
+    TimerObject *timer = TIMER_OF(self);
+    hwtimer_state *st = timer->state;
     Py_CLEAR(self->task);
-    tp->tp_free(self);
+    if (tp == st->timeout_type && st->nfree < MAX_FREE_TIMEOUTS) {
+        /* kept for the next new_timeout(), chained through `task` */
+        self->task = (PyObject *)st->free_timeouts;
+        st->free_timeouts = self;
+        st->nfree++;
+    } else {
+        tp->tp_free(self);
+    }
     Py_DECREF(timer);
     Py_DECREF(tp);
 }

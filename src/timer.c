@@ -22,8 +22,8 @@ static void dispatch_batch(hwt_sink *dflt, hwt_timeout *node)
     while (node) {
         hwt_timeout *next = hwt_timeout_of(node->link.next);
         TimeoutObject *to = (TimeoutObject *)hwtimer_timeout_from_node(node);
-        /* Cancelled timeouts come back only to be released; so do expired
-           call_later ones whose loop went away. */
+        /* only expired new_timeout() timeouts come here: cancelled ones
+           and call_later() ones are released elsewhere */
         if (atomic_load(&node->state) == HWT_EXPIRED && node->sink == dflt)
             now = hwtimer_run_task(TIMER_OF(to), to, now);
         Py_DECREF(to); /* the wheel's reference: may free the timer too */
@@ -69,9 +69,15 @@ static PyObject *dispatch_run(DispatchObject *self, PyObject *unused)
     for (;;) {
         bool finished;
         hwt_timeout *batch;
+        /* Woken for released timeouts that a producer took meanwhile, it
+           waits again without touching the GIL. */
         Py_BEGIN_ALLOW_THREADS
-        batch = hwt_sink_wait(dflt, &finished);
+        do
+            batch = hwt_sink_wait(dflt, &finished);
+        while (!batch && !finished && !hwt_timer_has_released(self->core));
         Py_END_ALLOW_THREADS
+        /* what producers did not take in passing */
+        hwtimer_release_chain(hwt_timer_take_released(self->core));
         if (finished)
             break;
         dispatch_batch(dflt, batch);
@@ -236,6 +242,7 @@ int hwtimer_timer_start(TimerObject *self)
         Py_END_ALLOW_THREADS
         hwtimer_release_chain(left);
         hwtimer_release_chain(hwt_sink_take(hwt_timer_default_sink(self->core)));
+        hwtimer_release_chain(hwt_timer_take_released(self->core));
         dispatch_mark_done(d);
         PyErr_Restore(type, value, tb);
         return -1;
@@ -268,6 +275,7 @@ PyObject *hwtimer_timer_stop(TimerObject *self)
     } else {
         dispatch_wait_done(d);
     }
+    hwtimer_release_chain(hwt_timer_take_released(self->core));
     PyObject *list = PyList_New(0);
     while (left) {
         hwt_timeout *next = hwt_timeout_of(left->link.next);

@@ -263,7 +263,10 @@ static size_t m_take(m_run *r, hwt_sink *s, const char *where)
 /* Checks one sink's list after an advance to relative time `rel`: every
    entry is an expected delivery seen once; expiries come by due tick, and
    in scheduling order within one tick and one target. */
-static void m_check_list(m_run *r, size_t n, bool is_default, int64_t rel, const char *where)
+/* Where a list came from. */
+enum { M_FROM_DEFAULT, M_FROM_SECOND, M_FROM_RELEASED };
+
+static void m_check_list(m_run *r, size_t n, int from, int64_t rel, const char *where)
 {
     int64_t last_due = INT64_MIN;
     int64_t last_due_of[2] = {INT64_MIN, INT64_MIN};
@@ -274,7 +277,7 @@ static void m_check_list(m_run *r, size_t n, bool is_default, int64_t rel, const
         M_CHECK(r, it->seen_stamp != r->stamp, "%s: item %u delivered twice", where, it->id);
         it->seen_stamp = r->stamp;
         if (it->where == M_CANCELLED) {
-            M_CHECK(r, is_default, "%s: cancelled item %u delivered to a sink not the default",
+            M_CHECK(r, from == M_FROM_RELEASED, "%s: cancelled item %u delivered, not released",
                     where, it->id);
             M_CHECK(r, state == HWT_CANCELLED, "%s: cancelled item %u delivered with state %u",
                     where, it->id, state);
@@ -289,9 +292,11 @@ static void m_check_list(m_run *r, size_t n, bool is_default, int64_t rel, const
         M_CHECK(r, it->deadline < rel, "%s: item %u deadline %" PRId64 " not before now %" PRId64,
                 where, it->id, it->deadline, rel);
         M_CHECK(r, state == HWT_EXPIRED, "%s: expired item %u has state %u", where, it->id, state);
-        bool routed_default = it->target == 0 || r->sink2_closed;
-        M_CHECK(r, routed_default == is_default,
-                "%s: item %u (target %d) delivered to the wrong sink", where, it->id, it->target);
+        int routed = it->target == 0   ? M_FROM_DEFAULT
+                     : r->sink2_closed ? M_FROM_RELEASED
+                                       : M_FROM_SECOND;
+        M_CHECK(r, routed == from, "%s: item %u (target %d) delivered to the wrong sink", where,
+                it->id, it->target);
         M_CHECK(r, it->due >= last_due,
                 "%s: item %u due at tick %" PRId64 " delivered after one due at %" PRId64, where,
                 it->id, it->due, last_due);
@@ -474,12 +479,15 @@ static void m_advance_to(m_run *r, int64_t now)
     int64_t ret = hwt_timer_advance(r->t, now);
     r->stamp++;
     size_t n_default = m_take(r, hwt_timer_default_sink(r->t), "default sink");
-    m_check_list(r, n_default, true, rel, "default sink");
+    m_check_list(r, n_default, M_FROM_DEFAULT, rel, "default sink");
+    /* the default sink's entries are marked seen: reuse the scratch */
+    size_t n_released = m_walk(r, hwt_timer_take_released(r->t), "released");
+    m_check_list(r, n_released, M_FROM_RELEASED, rel, "released");
     size_t n_second = 0;
     if (r->sink2_ready) {
         /* the default sink's entries are marked seen: reuse the scratch */
         n_second = m_take(r, &r->sink2, "second sink");
-        m_check_list(r, n_second, false, rel, "second sink");
+        m_check_list(r, n_second, M_FROM_SECOND, rel, "second sink");
     }
     m_trace(r, "advance to rel %" PRId64 " -> %" PRId64 ", delivered %zu + %zu", rel, ret,
             n_default, n_second);
@@ -577,15 +585,16 @@ static void m_stop(m_run *r)
         M_CHECK(r, state == HWT_CANCELLED, "stop returned item %u in state %u", it->id, state);
         returned++;
     }
-    n = m_walk(r, hwt_sink_take(hwt_timer_default_sink(r->t)), "default sink at stop");
+    M_CHECK(r, hwt_sink_take(hwt_timer_default_sink(r->t)) == NULL,
+            "stop delivered to the default sink");
+    n = m_walk(r, hwt_timer_take_released(r->t), "released at stop");
     for (size_t i = 0; i < n; i++) {
         m_item *it = r->scratch[i];
         M_CHECK(r, it->seen_stamp != r->stamp, "item %u both returned and released by stop",
                 it->id);
         it->seen_stamp = r->stamp;
-        M_CHECK(r, it->where == M_CANCELLED,
-                "stop released item %u to the default sink, model holds it as %d", it->id,
-                it->where);
+        M_CHECK(r, it->where == M_CANCELLED, "stop released item %u, which the model holds as %d",
+                it->id, it->where);
         uint32_t state = atomic_load(&it->to.state);
         M_CHECK(r, state == HWT_CANCELLED, "stop released item %u in state %u", it->id, state);
         released++;

@@ -154,8 +154,10 @@ static void *default_consumer(void *arg)
 {
     shared *sh = arg;
     bool finished = false;
-    while (!finished)
+    while (!finished) {
         consume_list(sh, hwt_sink_wait(hwt_timer_default_sink(sh->t), &finished), false);
+        consume_list(sh, hwt_timer_take_released(sh->t), false);
+    }
     return NULL;
 }
 
