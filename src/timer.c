@@ -31,7 +31,21 @@ static void dispatch_batch(hwt_sink *dflt, hwt_timeout *node)
     }
 }
 
-/* Sets the native name of this thread, cut to what Linux keeps. */
+/* Copies `name` cut to the 15 bytes Linux keeps of a thread's name, never
+   in the middle of a UTF-8 sequence. */
+static void native_name(const char *name, char out[16])
+{
+    size_t n = strlen(name);
+    if (n > 15) {
+        n = 15;
+        while (n && ((unsigned char)name[n] & 0xC0) == 0x80)
+            n--;
+    }
+    memcpy(out, name, n);
+    out[n] = '\0';
+}
+
+/* Sets the native name of this thread. */
 static void set_native_name(PyObject *name)
 {
     const char *s = PyUnicode_AsUTF8(name);
@@ -40,14 +54,7 @@ static void set_native_name(PyObject *name)
         return;
     }
     char buf[16];
-    size_t n = strlen(s);
-    if (n > 15) {
-        n = 15;
-        while (n && ((unsigned char)s[n] & 0xC0) == 0x80)
-            n--; /* not in the middle of a UTF-8 sequence */
-    }
-    memcpy(buf, s, n);
-    buf[n] = '\0';
+    native_name(s, buf);
     pthread_setname_np(pthread_self(), buf);
 }
 
@@ -414,14 +421,7 @@ static PyObject *timer_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
         return NULL;
     }
     char native[16];
-    size_t n = strlen(cfg.thread_name);
-    if (n > 15) {
-        n = 15;
-        while (n && ((unsigned char)cfg.thread_name[n] & 0xC0) == 0x80)
-            n--;
-    }
-    memcpy(native, cfg.thread_name, n);
-    native[n] = '\0';
+    native_name(cfg.thread_name, native);
     cfg.thread_name = native;
     self->tick_duration = (double)cfg.tick_ns / 1e9;
     self->core = hwt_timer_new(&cfg);
