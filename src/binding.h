@@ -32,13 +32,13 @@ typedef struct {
     PyTypeObject *scope_type;        /* owned */
     PyObject *done_none;             /* owned: a _Done of None, shared */
     PyObject *empty_tuple;           /* owned */
+    PyObject *empty_context;         /* owned: where scope deadlines run */
     /* owned, from _setup_scopes(); NULL until hwtimer._asyncio is imported,
        the hooks also NULL where tasks have cancelling() (3.11+) */
     PyObject *default_timer, *current_task;
     PyObject *cancelling_hook, *cancel_hook, *exit_expired_hook;
     /* owned, interned method names */
-    PyObject *str_time, *str_get_loop, *str_cancelling, *str_cancel, *str_call_soon,
-        *str_on_timeout;
+    PyObject *str_time, *str_get_loop, *str_cancelling, *str_cancel, *str_call_soon;
     TimerObject *live; /* borrowed: started, not stopped */
     Py_ssize_t nlive;
     bool warned_too_many;

@@ -300,14 +300,14 @@ static int module_exec(PyObject *module)
         add_ref(module, "TimeoutScope", (PyObject *)st->scope_type) < 0)
         return -1;
     st->empty_tuple = PyTuple_New(0);
+    st->empty_context = PyContext_New();
     st->str_time = PyUnicode_InternFromString("time");
     st->str_get_loop = PyUnicode_InternFromString("get_loop");
     st->str_cancelling = PyUnicode_InternFromString("cancelling");
     st->str_cancel = PyUnicode_InternFromString("cancel");
     st->str_call_soon = PyUnicode_InternFromString("call_soon");
-    st->str_on_timeout = PyUnicode_InternFromString("_on_timeout");
-    if (!st->empty_tuple || !st->str_time || !st->str_get_loop || !st->str_cancelling ||
-        !st->str_cancel || !st->str_call_soon || !st->str_on_timeout)
+    if (!st->empty_tuple || !st->empty_context || !st->str_time || !st->str_get_loop ||
+        !st->str_cancelling || !st->str_cancel || !st->str_call_soon)
         return -1;
     DoneObject *done = PyObject_New(DoneObject, st->done_type);
     if (!done)
@@ -363,6 +363,7 @@ static int module_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(st->scope_type);
     Py_VISIT(st->done_none);
     Py_VISIT(st->empty_tuple);
+    Py_VISIT(st->empty_context);
     Py_VISIT(st->default_timer);
     Py_VISIT(st->current_task);
     Py_VISIT(st->cancelling_hook);
@@ -373,7 +374,6 @@ static int module_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(st->str_cancelling);
     Py_VISIT(st->str_cancel);
     Py_VISIT(st->str_call_soon);
-    Py_VISIT(st->str_on_timeout);
     return 0;
 }
 
@@ -402,6 +402,7 @@ static int module_clear(PyObject *module)
     Py_CLEAR(st->scope_type);
     Py_CLEAR(st->done_none);
     Py_CLEAR(st->empty_tuple);
+    Py_CLEAR(st->empty_context);
     Py_CLEAR(st->default_timer);
     Py_CLEAR(st->current_task);
     Py_CLEAR(st->cancelling_hook);
@@ -412,7 +413,6 @@ static int module_clear(PyObject *module)
     Py_CLEAR(st->str_cancelling);
     Py_CLEAR(st->str_cancel);
     Py_CLEAR(st->str_call_soon);
-    Py_CLEAR(st->str_on_timeout);
     return 0;
 }
 

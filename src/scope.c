@@ -99,9 +99,10 @@ static int scope_schedule(ScopeObject *self, double when)
         if (now == -1.0 && PyErr_Occurred())
             return -1;
     }
-    PyObject *callback = PyObject_GetAttr((PyObject *)self, st->str_on_timeout);
-    if (!callback)
-        return -1;
+    /* The scope itself is the callback (calling it is _on_timeout()), run
+       in an empty context: no bound method, no copy of the context. */
+    PyObject *callback = (PyObject *)self;
+    Py_INCREF(callback);
     PyObject *handle = NULL;
     double delay = when - now;
     if (!(delay > 0)) {
@@ -117,7 +118,7 @@ static int scope_schedule(ScopeObject *self, double when)
         int64_t delay_ns;
         if (hwtimer_delay_from_seconds(delay, "delay", &delay_ns) == 0)
             handle = hwtimer_call_later((TimerObject *)self->timer, delay_ns, callback,
-                                        st->empty_tuple, self->loop, NULL);
+                                        st->empty_tuple, self->loop, st->empty_context);
     }
     Py_DECREF(callback);
     if (!handle)
@@ -364,6 +365,16 @@ static PyObject *scope_on_timeout(ScopeObject *self, PyObject *unused)
     Py_RETURN_NONE;
 }
 
+/* Calling a scope is its _on_timeout(): it is its deadline's callback. */
+static PyObject *scope_call(ScopeObject *self, PyObject *args, PyObject *kwargs)
+{
+    if (PyTuple_GET_SIZE(args) || (kwargs && PyDict_GET_SIZE(kwargs))) {
+        PyErr_SetString(PyExc_TypeError, "a TimeoutScope is called without arguments");
+        return NULL;
+    }
+    return scope_on_timeout(self, NULL);
+}
+
 static PyObject *scope_repr(ScopeObject *self)
 {
     const char *name = state_names[self->state];
@@ -443,6 +454,7 @@ static PyType_Slot scope_slots[] = {
     {Py_tp_traverse, scope_traverse},
     {Py_tp_clear, scope_clear},
     {Py_tp_repr, scope_repr},
+    {Py_tp_call, scope_call},
     {Py_tp_methods, scope_methods},
     {0, NULL},
 };
