@@ -54,14 +54,9 @@ def _seconds(delay: Seconds) -> float:
 
 
 if sys.version_info >= (3, 11):
-
-    def _cancelling(task: asyncio.Task[Any]) -> int:
-        """Returns the task's count of pending cancel requests."""
-        return task.cancelling()
-
-    def _cancel_task(task: asyncio.Task[Any]) -> None:
-        """Cancels `task` on behalf of an expired scope."""
-        task.cancel()
+    # Tasks count cancel requests themselves: TimeoutScope calls their
+    # cancelling() and cancel() directly.
+    _cancelling_hook = _cancel_hook = None
 
     def _uncancel_task(task: asyncio.Task[Any]) -> int:
         """Withdraws one cancel request; returns the count left."""
@@ -115,6 +110,8 @@ else:
         _cancel_requests[task] = count - 1
         return count - 1
 
+    _cancelling_hook, _cancel_hook = _cancelling, _cancel_task
+
 
 def _insert_timeout_error(exc: BaseException) -> None:
     """Puts a TimeoutError between `exc` and the CancelledError in its
@@ -154,14 +151,7 @@ def _exit_expired(
 # TimeoutScope is C (hwtimer._hwtimer): entering and leaving a scope whose
 # deadline does not pass is every request's cost.  It calls back here for
 # what differs between versions and for the exit of an expired scope.
-_have_cancelling = sys.version_info >= (3, 11)
-_setup_scopes(
-    default_timer,
-    asyncio.current_task,
-    None if _have_cancelling else _cancelling,
-    None if _have_cancelling else _cancel_task,
-    _exit_expired,
-)
+_setup_scopes(default_timer, asyncio.current_task, _cancelling_hook, _cancel_hook, _exit_expired)
 
 
 def timeout(delay: Seconds | None, *, timer: HashedWheelTimer | None = None) -> TimeoutScope:
