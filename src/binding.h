@@ -82,12 +82,16 @@ typedef struct LoopSinkObject LoopSinkObject;
 
 /* A Timeout from call_later: callback(*args) runs in `context` on the loop
    of `sink`. */
-typedef struct {
+typedef struct LoopTimeoutObject LoopTimeoutObject;
+struct LoopTimeoutObject {
     TimeoutObject base;   /* base.task is the callback */
     PyObject *args;       /* owned tuple */
     PyObject *context;    /* owned contextvars.Context */
     LoopSinkObject *sink; /* owned */
-} LoopTimeoutObject;
+    /* borrowed: the sink's other live timeouts, so that closing the sink
+       can cancel them */
+    LoopTimeoutObject *sink_prev, *sink_next;
+};
 
 /* Delivery to one event loop: an eventfd the loop watches, drained in C. */
 struct LoopSinkObject {
@@ -97,7 +101,8 @@ struct LoopSinkObject {
     PyObject *loop;     /* owned if owns_loop (a loop that cannot be weakly
                            referenced), else borrowed: compared only */
     bool owns_loop;
-    bool closed; /* delivers nothing more */
+    bool closed;             /* delivers nothing more */
+    LoopTimeoutObject *live; /* borrowed: its timeouts not yet deallocated */
 };
 
 /* The object whose run() is the body of a timer's dispatch thread.  It
@@ -210,6 +215,10 @@ extern PyType_Spec hwtimer_loop_sink_spec;
 /* Returns a borrowed LoopSinkObject delivering to `loop`, created and
    registered with the loop on first use; NULL with an exception. */
 LoopSinkObject *hwtimer_loop_sink_for(TimerObject *timer, PyObject *loop);
+/* Links a scheduled call_later() timeout into its sink's list. */
+void hwtimer_loop_sink_track(LoopTimeoutObject *to);
+/* Unlinks it (from its dealloc). */
+void hwtimer_loop_sink_untrack(LoopTimeoutObject *to);
 /* Closes every sink in the list (of a timer going away). */
 void hwtimer_loop_sinks_close(PyObject *sinks);
 

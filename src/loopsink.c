@@ -5,8 +5,8 @@
  * callbacks for that loop to the sink and writes its eventfd once; the loop
  * watches the eventfd with add_reader() and runs the whole batch in its own
  * thread.  When the loop goes away (collected, or found closed) the sink is
- * closed: what it held is released, and later expiries for it are released
- * by the dispatch thread instead of run.
+ * closed: what it held is released, the timeouts it still has on the wheel
+ * are cancelled, and any that expire meanwhile are released, not run.
  */
 #include "binding.h"
 
@@ -70,6 +70,34 @@ static void sink_close(LoopSinkObject *self)
         return;
     self->closed = true;
     hwtimer_release_chain(hwt_sink_close(&self->sink));
+    /* Those still on the wheel will never run: cancel them, so that the
+       worker lets go of them now rather than when they fall due. */
+    for (LoopTimeoutObject *to = self->live; to; to = to->sink_next) {
+        if (hwt_timeout_cancel(&to->base.node) < 0)
+            PyErr_Clear(); /* out of memory: released when it falls due */
+    }
+}
+
+void hwtimer_loop_sink_track(LoopTimeoutObject *to)
+{
+    LoopSinkObject *s = to->sink;
+    to->sink_prev = NULL;
+    to->sink_next = s->live;
+    if (s->live)
+        s->live->sink_prev = to;
+    s->live = to;
+}
+
+void hwtimer_loop_sink_untrack(LoopTimeoutObject *to)
+{
+    LoopSinkObject *s = to->sink;
+    if (to->sink_prev)
+        to->sink_prev->sink_next = to->sink_next;
+    else if (s->live == to)
+        s->live = to->sink_next;
+    if (to->sink_next)
+        to->sink_next->sink_prev = to->sink_prev;
+    to->sink_prev = to->sink_next = NULL;
 }
 
 /* Closes the sinks of a timer that is going away.  A loop still running
@@ -266,6 +294,7 @@ LoopSinkObject *hwtimer_loop_sink_for(TimerObject *timer, PyObject *loop)
         return NULL;
     s->loop_ref = NULL;
     s->loop = NULL;
+    s->live = NULL;
     s->owns_loop = false;
     s->closed = true; /* until it is set up */
     int fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);

@@ -305,6 +305,8 @@ static void loop_timeout_dealloc(LoopTimeoutObject *self)
     Py_CLEAR(self->context);
     /* the sink outlives the node that points into it */
     LoopSinkObject *sink = self->sink;
+    if (sink)
+        hwtimer_loop_sink_untrack(self);
     self->sink = NULL;
     timeout_dealloc(&self->base);
     Py_XDECREF(sink);

@@ -549,6 +549,8 @@ PyObject *hwtimer_call_later(TimerObject *self, int64_t delay, PyObject *callbac
     Py_INCREF(args);
     to->args = args;
     to->context = context ? (Py_INCREF(context), context) : PyContext_CopyCurrent();
+    /* tracked before it is scheduled: a failed submit's dealloc untracks it */
+    hwtimer_loop_sink_track(to);
     if (!to->context || hwtimer_timeout_submit(self, (PyObject *)to, delay) < 0) {
         Py_DECREF(to);
         return NULL;

@@ -328,8 +328,7 @@ def _wait_released(watch: weakref.ref[Any], what: str) -> None:
 
 def test_closed_and_collected_loop_drops_pending_callbacks(new_loop: Any) -> None:
     # Callbacks still pending for a loop that is closed and collected are
-    # never run, and what they hold is released (at the latest when they
-    # fall due).
+    # never run, and what they hold is released.
     timer = hwtimer.default_timer()
     called: list[object] = []
     loop = new_loop()
@@ -348,6 +347,31 @@ def test_closed_and_collected_loop_drops_pending_callbacks(new_loop: Any) -> Non
     _wait_released(loop_watch, "the closed loop")
     _wait_released(watch, "the callbacks' arguments")
     assert called == []
+
+
+def test_collected_loop_releases_far_callbacks_at_once(new_loop: Any) -> None:
+    # A callback an hour away for a loop that is closed and collected does
+    # not keep what it holds for that hour: it is cancelled with its loop.
+    timer = hwtimer.HashedWheelTimer(0.01, 64)
+    try:
+        loop = new_loop()
+        payload = _Payload()
+        watch = weakref.ref(payload)
+
+        async def schedule(payload: _Payload) -> hwtimer.Timeout:
+            return timer.call_later(3600, print, payload)
+
+        handle = loop.run_until_complete(schedule(payload))
+        loop.close()
+        loop_watch = weakref.ref(loop)
+        del loop, payload
+        _wait_released(loop_watch, "the closed loop")
+        assert handle.is_cancelled()
+        del handle
+        _wait_released(watch, "the callback's argument")
+        assert timer.pending_timeouts() == 0
+    finally:
+        timer.stop()
 
 
 def test_closed_loop_never_runs_callbacks(new_loop: Any) -> None:
