@@ -9,9 +9,9 @@
  * skipped ticks.
  *
  * Ownership: a scheduled timeout belongs to the timer until the worker
- * delivers it to a sink (expired, or cancelled and unlinked) or stop()
- * returns it.  Only the worker (or, once it has exited, stop) touches the
- * buckets; producers touch the new-timeout stack and the cancel vector.
+ * delivers it to a sink (expired) or to the released list (cancelled and
+ * unlinked, or expired for a closed sink), or stop() returns it.  Only the worker (or, once it has
+ * exited, stop) touches the buckets; producers touch the new-timeout stack and the cancel vector.
  */
 #define _GNU_SOURCE
 #include "hwt.h"

@@ -5,7 +5,8 @@
  * lists), a lock-free multi-producer queue of new timeouts, a short-locked
  * queue of cancellations, and one worker thread that ticks.  Expired
  * timeouts are handed, a batch per tick, to "sinks": queues that a consumer
- * (a dispatch thread, an event loop) drains.  The core never allocates a
+ * (a dispatch thread, an event loop) drains; cancelled ones come back on a
+ * released list that any thread may take.  The core never allocates a
  * timeout: the embedder embeds `hwt_timeout` in its own objects.
  *
  * Threads: schedule, cancel and the sink calls are safe from any thread.
@@ -172,7 +173,7 @@ bool hwt_timer_has_released(hwt_timer *t);
 /* Initialises `s` for timer `t`.  Returns 0 or an errno value. */
 int hwt_sink_init(hwt_sink *s, hwt_timer *t, hwt_wake_fn wake, int wake_fd, void *owner);
 /* Closes `s` and returns what was delivered and not yet taken; later
-   deliveries go to the default sink.  Call before hwt_sink_destroy. */
+   expiries for it go to the released list.  Call before hwt_sink_destroy. */
 hwt_timeout *hwt_sink_close(hwt_sink *s);
 void hwt_sink_destroy(hwt_sink *s);
 
