@@ -41,6 +41,10 @@ enum { CANCEL_WAKE_NONE = 0, CANCEL_WAKE_AT_BATCH = 1, CANCEL_WAKE_AT_FIRST = 2 
    queued, so a burst is in its buckets before it falls due. */
 #define TRANSFER_WAKE_BATCH 65536
 
+/* A bucket with many due timeouts is handed over in slices of this many,
+   so that consumers run the first while the worker walks the rest. */
+#define EXPIRE_SLICE 8192
+
 /* A worker that has just gone idle sleeps this long before it blocks for
    good: sparse traffic (a timeout scheduled and cancelled at a time) then
    costs it a wake-up a second rather than two per timeout. */
@@ -505,7 +509,8 @@ static void expire_bucket(hwt_timer *t, int64_t tick)
             continue; /* cancelled: its queued cancel unlinks it */
         bucket_unlink(t, to);
         deliver(t, to, to->sink ? to->sink : &t->dflt);
-        n++;
+        if (++n % EXPIRE_SLICE == 0)
+            publish_batches(t); /* let consumers start on a large bucket */
     }
     if (n) {
         t->worked = true;
