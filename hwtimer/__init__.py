@@ -6,10 +6,18 @@ under the GIL on the timer's dispatch thread (or an executor, or an asyncio
 event loop), never on the ticking thread.
 """
 
-from ._asyncio import TimeoutScope, sleep, timeout, timeout_at, wait_for
-from ._default import default_timer
-from ._hwtimer import HashedWheelTimer, RejectedExecutionError, Timeout
-from ._stats import Stats
+import pkgutil
+
+# Run from a source checkout after ``pip install .`` (``python -m hwtimer``
+# puts the checkout first on sys.path), this package has no compiled
+# extension beside it: look for the rest of the package, the extension
+# included, in the installed copy too.
+__path__ = pkgutil.extend_path(__path__, __name__)
+
+from ._asyncio import TimeoutScope, sleep, timeout, timeout_at, wait_for  # noqa: E402
+from ._default import default_timer  # noqa: E402
+from ._hwtimer import HashedWheelTimer, RejectedExecutionError, Timeout  # noqa: E402
+from ._stats import Stats  # noqa: E402
 
 __all__ = [
     "HashedWheelTimer",
