@@ -11,6 +11,7 @@ import threading
 import time
 import warnings
 import weakref
+from collections.abc import Callable
 
 import pytest
 from conftest import (
@@ -565,8 +566,8 @@ def test_new_timeout_after_stop_is_runtime_error(timer) -> None:
     assert task.count == 0
 
 
-def test_stop_inside_task_is_runtime_error(timer) -> None:
-    outcome = []
+def stopping_own_timer(outcome: list) -> Callable[[Timeout], None]:
+    """A task that stops its own timer and records what stop() did."""
 
     def task(timeout: Timeout) -> None:
         try:
@@ -576,6 +577,12 @@ def test_stop_inside_task_is_runtime_error(timer) -> None:
         else:
             outcome.append(None)
 
+    return task
+
+
+def test_stop_inside_task_is_runtime_error(timer) -> None:
+    outcome = []
+    task = stopping_own_timer(outcome)
     timer.new_timeout(task, 0)
     assert wait_for(lambda: outcome)
     assert isinstance(outcome[0], RuntimeError)
@@ -769,15 +776,7 @@ def test_executor_shut_down_pool(make_timer, caplog) -> None:
 
 def test_stop_inside_executor_task_is_runtime_error(make_timer) -> None:
     outcome = []
-
-    def task(timeout: Timeout) -> None:
-        try:
-            timeout.timer.stop()
-        except RuntimeError as e:
-            outcome.append(e)
-        else:
-            outcome.append(None)
-
+    task = stopping_own_timer(outcome)
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         timer = make_timer(executor=pool)
         timer.new_timeout(task, 0)
