@@ -8,6 +8,10 @@ event loop), never on the ticking thread.
 
 import pkgutil
 
+# The one place the version is written: setuptools reads it for the
+# distribution's metadata (pyproject.toml's dynamic version).
+__version__ = "0.1.0"
+
 # Run from a source checkout after ``pip install .`` (``python -m hwtimer``
 # puts the checkout first on sys.path), this package has no compiled
 # extension beside it: look for the rest of the package, the extension
