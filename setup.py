@@ -3,11 +3,20 @@
 HWTIMER_SANITIZE=address,undefined (or =thread) builds it with those gcc
 sanitizers, for scripts/sanitize.sh.  HWTIMER_WERROR=1 turns warnings into
 errors, as CI builds it.
+
+Before compiling, the build checks what it needs (the platform, Python.h, a
+working C compiler, pthread, the kernel headers) and stops with one line
+naming what is missing, rather than a page of compiler errors.
 """
 
+import contextlib
 import os
+import sys
+import tempfile
 
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+from setuptools.errors import CompileError, LinkError, PlatformError, SetupError
 
 sources = [
     "src/hwt.c",
@@ -32,14 +41,124 @@ if sanitize:
     compile_args += flags + ["-O1"]
     link_args += flags
 
-setup(
-    ext_modules=[
-        Extension(
-            "hwtimer._hwtimer",
-            sources=sources,
-            depends=["src/hwt.h", "src/binding.h"],
-            extra_compile_args=compile_args,
-            extra_link_args=link_args,
+# sys.platform prefixes the core can be built for: it sleeps on a futex and
+# wakes loops through an eventfd, both Linux's.
+SUPPORTED_PLATFORMS = ("linux",)
+
+# What the C sources need from the system, checked in this order: a name
+# for the message, a C program that must compile and link with the build's
+# flags, and what provides it.
+SYSTEM_NEEDS = [
+    ("a working C compiler", "int main(void) { return 0; }\n", "gcc (Debian: apt-get install gcc)"),
+    (
+        "C11 <stdatomic.h>",
+        "#include <stdatomic.h>\nint main(void) { atomic_int i = 0; return atomic_load(&i); }\n",
+        "a C11 compiler (gcc >= 4.9)",
+    ),
+    (
+        "<pthread.h> and -pthread",
+        "#include <pthread.h>\n"
+        "static void *run(void *arg) { return arg; }\n"
+        "int main(void) {\n"
+        "    pthread_t t;\n"
+        "    return pthread_create(&t, 0, run, 0) || pthread_join(t, 0);\n"
+        "}\n",
+        "the C library's development files (Debian: apt-get install libc6-dev)",
+    ),
+    (
+        "<linux/futex.h> and <sys/eventfd.h>",
+        "#include <linux/futex.h>\n#include <sys/eventfd.h>\n"
+        "int main(void) { return FUTEX_WAIT_BITSET + EFD_NONBLOCK == 0; }\n",
+        "the Linux kernel headers (Debian: apt-get install linux-libc-dev)",
+    ),
+]
+
+
+def check_platform(platform):
+    """Raises PlatformError unless the core can be built on `platform`."""
+    if not platform.startswith(SUPPORTED_PLATFORMS):
+        raise PlatformError(
+            f"hwtimer builds on Linux only (its core uses a futex and an eventfd);"
+            f" this platform is {platform!r}"
         )
-    ],
-)
+
+
+def check_python_h(include_dirs):
+    """Raises SetupError unless one of `include_dirs` holds Python.h."""
+    if not any(os.path.isfile(os.path.join(d, "Python.h")) for d in include_dirs):
+        where = ", ".join(include_dirs) or "no include directory"
+        raise SetupError(
+            f"Python.h not found (searched {where}): install the development headers"
+            f" of this Python {sys.version_info[0]}.{sys.version_info[1]}"
+            f" (Debian: apt-get install python3-dev)"
+        )
+
+
+@contextlib.contextmanager
+def _quiet():
+    """Sends this process's stdout and stderr, the compiler's included, to
+    /dev/null: a failed probe is reported by its one line, not its output."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 1)
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        os.close(saved[0])
+        os.close(saved[1])
+
+
+def _builds(compiler, program):
+    """Returns whether `program` compiles and links with the build's flags."""
+    with tempfile.TemporaryDirectory() as tmp, _quiet():
+        source = os.path.join(tmp, "probe.c")
+        with open(source, "w") as f:
+            f.write(program)
+        try:
+            objects = compiler.compile([source], output_dir=tmp, extra_postargs=compile_args)
+            compiler.link_executable(objects, "probe", output_dir=tmp, extra_postargs=link_args)
+        except (CompileError, LinkError):
+            return False
+    return True
+
+
+def check_system(compiler):
+    """Raises SetupError naming the first of SYSTEM_NEEDS that `compiler`
+    cannot build."""
+    for need, program, remedy in SYSTEM_NEEDS:
+        if not _builds(compiler, program):
+            cc = (getattr(compiler, "compiler_so", None) or ["the C compiler"])[0]
+            raise SetupError(f"{need} not usable with {cc}: install {remedy}")
+
+
+class checked_build_ext(build_ext):
+    """build_ext that refuses a platform or a system it cannot build on."""
+
+    def run(self):
+        check_platform(sys.platform)
+        check_python_h(self.include_dirs)
+        super().run()
+
+    def build_extensions(self):
+        check_system(self.compiler)
+        super().build_extensions()
+
+
+if __name__ == "__main__":
+    setup(
+        ext_modules=[
+            Extension(
+                "hwtimer._hwtimer",
+                sources=sources,
+                depends=["src/hwt.h", "src/binding.h"],
+                extra_compile_args=compile_args,
+                extra_link_args=link_args,
+            )
+        ],
+        cmdclass={"build_ext": checked_build_ext},
+    )

@@ -1,0 +1,111 @@
+"""The build: one version, and setup.py's refusals, each one clear line.
+
+setup.py's checks run in a subprocess as `setup.py build_ext` would run
+them, with one thing taken away: the platform, Python.h, the compiler,
+pthread.  What they print on stderr must be one line naming what is
+missing, never the compiler's own output.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import hwtimer
+
+ROOT = Path(__file__).resolve().parent.parent
+SETUP = ROOT / "setup.py"
+
+
+def test_version_comes_from_one_place():
+    assert hwtimer.__version__ == importlib.metadata.version("hwtimer")
+    pyproject = ROOT / "pyproject.toml"
+    if pyproject.exists():
+        text = pyproject.read_text()
+        assert 'dynamic = ["version"]' in text
+        assert 'version = { attr = "hwtimer.__version__" }' in text
+
+
+def build_ext(tmp_path: Path, prelude: str = "", env: dict[str, str] | None = None):
+    """Runs `setup.py build_ext` from the source tree into `tmp_path`, after
+    `prelude` (run once setuptools is imported)."""
+    if not SETUP.exists():
+        pytest.skip("setup.py is not beside these tests")
+    pytest.importorskip("setuptools")
+    argv = ["setup.py", "build_ext", "--build-lib", str(tmp_path / "lib")]
+    argv += ["--build-temp", str(tmp_path / "temp")]
+    code = "\n".join(
+        [
+            "import runpy, sys",
+            "import setuptools, setuptools.command.build_ext",
+            textwrap.dedent(prelude),
+            f"sys.argv = {argv!r}",
+            "runpy.run_path('setup.py', run_name='__main__')",
+        ]
+    )
+    full_env = {**os.environ, **(env or {})}
+    full_env.pop("PYTHONWARNINGS", None)
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode != 0, "the build went on\n" + proc.stdout + proc.stderr
+    assert not (tmp_path / "lib").exists(), "something was built"
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, proc.stderr
+    return lines[0]
+
+
+def test_unsupported_platform_is_refused(tmp_path):
+    line = build_ext(tmp_path, "sys.platform = 'darwin'")
+    assert line == (
+        "error: hwtimer builds on Linux only (its core uses a futex and an eventfd);"
+        " this platform is 'darwin'"
+    )
+
+
+def test_missing_python_h(tmp_path):
+    empty = tmp_path / "include"
+    empty.mkdir()
+    line = build_ext(
+        tmp_path,
+        "import distutils.sysconfig\n"
+        f"distutils.sysconfig.get_python_inc = lambda *args, **kwargs: {str(empty)!r}\n"
+        "sys.exec_prefix = sys.base_exec_prefix  # no venv include directory either\n",
+    )
+    assert line.startswith(f"error: Python.h not found (searched {empty}")
+    assert line.endswith("(Debian: apt-get install python3-dev)")
+
+
+def test_no_working_compiler(tmp_path):
+    line = build_ext(tmp_path, env={"CC": "/bin/false"})
+    assert line == (
+        "error: a working C compiler not usable with /bin/false:"
+        " install gcc (Debian: apt-get install gcc)"
+    )
+
+
+def test_missing_pthread_h(tmp_path):
+    gcc = shutil.which("gcc")
+    if gcc is None:
+        pytest.skip("no gcc to build with")
+    # gcc's own headers stay (stdatomic.h), the C library's go (pthread.h)
+    own = subprocess.run(
+        [gcc, "-print-file-name=include"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    line = build_ext(tmp_path, env={"CC": gcc, "CFLAGS": f"-nostdinc -isystem {own}"})
+    assert line == (
+        f"error: <pthread.h> and -pthread not usable with {gcc}:"
+        " install the C library's development files (Debian: apt-get install libc6-dev)"
+    )
