@@ -1,0 +1,260 @@
+"""Timer statistics for Prometheus and OpenTelemetry.
+
+``register_prometheus(timer, ...)`` adds a collector for one or more timers
+to a ``prometheus_client`` registry; ``register_otel(meter, timer, ...)``
+creates OpenTelemetry observable instruments on a ``Meter``.  Both read
+``timer.stats()`` when they are scraped or collected, label each figure with
+the timer's ``thread_name``, and hold their timers weakly: a timer that is
+gone drops out of the figures.
+
+Neither library is imported by ``import hwtimer`` or ``import
+hwtimer.metrics``; each is imported when its function is first called, and
+is an optional extra (``pip install 'hwtimer[prometheus]'``,
+``'hwtimer[otel]'``).
+
+Every figure is one row of ``FIGURES`` (plus ``LATENESS``, the quantiles):
+a new ``stats()`` key reaches both exporters by adding a row there.
+"""
+
+from __future__ import annotations
+
+import importlib
+import weakref
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+from ._hwtimer import HashedWheelTimer
+
+if TYPE_CHECKING:
+    from ._stats import Stats
+
+__all__ = [
+    "FIGURES",
+    "LATENESS",
+    "Figure",
+    "Quantiles",
+    "PrometheusCollector",
+    "register_otel",
+    "register_prometheus",
+]
+
+#: Kinds of figure.  A COUNTER counts since the timer was made (Prometheus
+#: counter, OpenTelemetry observable counter); a LEVEL goes up and down and
+#: adds up across timers (Prometheus gauge, OpenTelemetry observable
+#: up-down counter); a GAUGE is a value that does not add up, a maximum say
+#: (a gauge in both).
+COUNTER = "counter"
+LEVEL = "level"
+GAUGE = "gauge"
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One ``stats()`` key as a metric.
+
+    ``name`` is dotted, as OpenTelemetry names are (``hwtimer.`` + name);
+    Prometheus takes it with underscores, ``hwtimer_`` before it, ``_seconds``
+    after it for a time and ``_total`` after a counter.
+    """
+
+    key: str
+    name: str
+    kind: str
+    seconds: bool
+    unit: str  # OpenTelemetry's unit: "s" for seconds, "{thing}" for counts
+    help: str
+
+
+@dataclass(frozen=True)
+class Quantiles:
+    """Keys of ``stats()`` that are quantiles of one distribution, in
+    seconds: a Prometheus summary, an OpenTelemetry gauge with a
+    ``quantile`` attribute."""
+
+    name: str
+    keys: tuple[tuple[str, str], ...]  # (quantile, stats key)
+    help: str
+
+
+FIGURES: tuple[Figure, ...] = (
+    Figure("scheduled", "timeouts.scheduled", COUNTER, False, "{timeout}",
+           "Timeouts accepted by new_timeout() and call_later()."),
+    Figure("expired", "timeouts.expired", COUNTER, False, "{timeout}",
+           "Timeouts that fired, tasks that raised included."),
+    Figure("cancelled", "timeouts.cancelled", COUNTER, False, "{timeout}",
+           "Cancels the worker has processed."),
+    Figure("rejected", "timeouts.rejected", COUNTER, False, "{timeout}",
+           "Timeouts refused because max_pending_timeouts was reached."),
+    Figure("task_errors", "task.errors", COUNTER, False, "{task}",
+           "Tasks and callbacks that raised."),
+    Figure("ticks", "worker.ticks", COUNTER, False, "{tick}",
+           "Ticks whose bucket the worker processed."),
+    Figure("wakeups", "worker.wakeups", COUNTER, False, "{wakeup}",
+           "Times the worker woke from sleep."),
+    Figure("pending", "timeouts.pending", LEVEL, False, "{timeout}",
+           "Timeouts scheduled and neither expired nor cancelled."),
+    Figure("max_expired_per_tick", "max_expired_per_tick", GAUGE, False, "{timeout}",
+           "The largest batch of timeouts one tick expired, since the timer was made."),
+    Figure("task_time_max", "task.time_max", GAUGE, True, "s",
+           "The longest a task has run, since the timer was made."),
+    Figure("late_samples", "task.lateness_samples", GAUGE, False, "{task}",
+           "Tasks in the window the lateness quantiles are taken over (at most 4096)."),
+)  # fmt: skip
+
+LATENESS = Quantiles(
+    "task.lateness",
+    (("0.5", "late_p50"), ("0.99", "late_p99"), ("1", "late_max")),
+    "From a timeout's deadline to its task's start, over the last tasks"
+    " (quantile 1 is the maximum).",
+)
+
+
+def _import(module: str, extra: str) -> ModuleType:
+    """Imports an optional dependency, or says which extra brings it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise ImportError(f"{module} is needed for this: pip install 'hwtimer[{extra}]'") from exc
+
+
+class _Timers:
+    """The timers one exporter reads, held weakly, each with its label."""
+
+    def __init__(self, timers: Iterable[HashedWheelTimer]) -> None:
+        refs: list[tuple[str, weakref.ReferenceType[HashedWheelTimer]]] = []
+        for timer in timers:
+            if not isinstance(timer, HashedWheelTimer):
+                raise TypeError(f"expected a HashedWheelTimer, not {type(timer).__name__}")
+            name = timer.thread_name
+            if any(name == seen for seen, _ in refs):
+                raise ValueError(
+                    f"two timers named {name!r}: give each a thread_name of its own,"
+                    " which labels its figures"
+                )
+            refs.append((name, weakref.ref(timer)))
+        if not refs:
+            raise ValueError("no timer given")
+        self._refs = tuple(refs)
+
+    def stats(self) -> Iterator[tuple[str, Stats]]:
+        """Yields (label, stats()) for each timer still alive."""
+        for name, ref in self._refs:
+            timer = ref()
+            if timer is not None:
+                yield name, timer.stats()
+
+
+def _prometheus_name(name: str, seconds: bool) -> str:
+    return "hwtimer_" + name.replace(".", "_") + ("_seconds" if seconds else "")
+
+
+class PrometheusCollector:
+    """A ``prometheus_client`` collector of one or more timers' statistics.
+
+    Each scrape calls ``stats()`` once per timer, so the figures of one
+    timer in one scrape are consistent with each other.
+    """
+
+    def __init__(self, *timers: HashedWheelTimer) -> None:
+        self._timers = _Timers(timers)
+        self._core = _import("prometheus_client.core", "prometheus")
+
+    def _families(self) -> tuple[list[Any], list[tuple[Any, str | None, str]]]:
+        """Empty metric families, and for each: its family, the quantile
+        (or None) and the stats key it is filled from."""
+        core = self._core
+        families: list[Any] = []
+        fills: list[tuple[Any, str | None, str]] = []
+        for fig in FIGURES:
+            name = _prometheus_name(fig.name, fig.seconds)
+            cls = core.CounterMetricFamily if fig.kind == COUNTER else core.GaugeMetricFamily
+            family = cls(name, fig.help, labels=["timer"], unit="seconds" if fig.seconds else "")
+            families.append(family)
+            fills.append((family, None, fig.key))
+        summary = core.Metric(
+            _prometheus_name(LATENESS.name, True), LATENESS.help, "summary", unit="seconds"
+        )
+        families.append(summary)
+        fills.extend((summary, q, key) for q, key in LATENESS.keys)
+        return families, fills
+
+    def describe(self) -> list[Any]:
+        """The metric families without samples, for the registry's checks."""
+        return self._families()[0]
+
+    def collect(self) -> list[Any]:
+        families, fills = self._families()
+        for label, stats in self._timers.stats():
+            for family, quantile, key in fills:
+                if quantile is None:
+                    family.add_metric([label], stats[key])  # type: ignore[literal-required]
+                else:
+                    family.add_sample(
+                        family.name,
+                        {"timer": label, "quantile": quantile},
+                        stats[key],  # type: ignore[literal-required]
+                    )
+        return families
+
+
+def register_prometheus(*timers: HashedWheelTimer, registry: Any = None) -> PrometheusCollector:
+    """Registers a collector of `timers` with `registry` (by default
+    ``prometheus_client.REGISTRY``, the one ``start_http_server()`` and
+    ``generate_latest()`` read) and returns it; ``registry.unregister()``
+    takes it out again.  ``TypeError`` for something that is not a timer,
+    ``ValueError`` for no timer or two with the same ``thread_name``, and
+    the registry's ``ValueError`` if these metrics are registered there
+    already."""
+    collector = PrometheusCollector(*timers)
+    if registry is None:
+        registry = _import("prometheus_client", "prometheus").REGISTRY
+    registry.register(collector)
+    return collector
+
+
+def register_otel(meter: Any, *timers: HashedWheelTimer) -> list[Any]:
+    """Creates on `meter` (an OpenTelemetry ``Meter``) one observable
+    instrument per figure, reading `timers`, and returns the instruments.
+    Each instrument calls ``stats()`` when the reader collects it.  Same
+    errors as ``register_prometheus`` for `timers`."""
+    otel = _import("opentelemetry.metrics", "otel")
+    timer_set = _Timers(timers)
+
+    def observe(pairs: tuple[tuple[str, dict[str, str]], ...]) -> Any:
+        # One callback per instrument: each (key, extra attributes) pair is
+        # one observation per timer.
+        def callback(_options: Any) -> list[Any]:
+            return [
+                otel.Observation(stats[key], {"timer": label, **attributes})  # type: ignore[literal-required]
+                for label, stats in timer_set.stats()
+                for key, attributes in pairs
+            ]
+
+        return callback
+
+    create = {
+        COUNTER: meter.create_observable_counter,
+        LEVEL: meter.create_observable_up_down_counter,
+        GAUGE: meter.create_observable_gauge,
+    }
+    instruments = [
+        create[fig.kind](
+            "hwtimer." + fig.name,
+            callbacks=[observe(((fig.key, {}),))],
+            unit=fig.unit,
+            description=fig.help,
+        )
+        for fig in FIGURES
+    ]
+    lateness = tuple((key, {"quantile": q}) for q, key in LATENESS.keys)
+    instruments.append(
+        meter.create_observable_gauge(
+            "hwtimer." + LATENESS.name,
+            callbacks=[observe(lateness)],
+            unit="s",
+            description=LATENESS.help,
+        )
+    )
+    return instruments

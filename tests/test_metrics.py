@@ -1,0 +1,380 @@
+"""hwtimer.metrics: timers' statistics as Prometheus and OpenTelemetry
+metrics, read the way a monitoring system reads them (a real HTTP scrape
+on loopback, generate_latest, the OpenTelemetry SDK's in-memory reader)."""
+
+from __future__ import annotations
+
+import gc
+import re
+import subprocess
+import sys
+import threading
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import DEADLINE, run_python, wait_for
+
+import hwtimer
+from hwtimer import metrics
+
+prometheus_client = pytest.importorskip("prometheus_client")
+from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
+
+README = Path(__file__).resolve().parent.parent / "README.rst"
+
+COUNTERS = {
+    "hwtimer_timeouts_scheduled": "scheduled",
+    "hwtimer_timeouts_expired": "expired",
+    "hwtimer_timeouts_cancelled": "cancelled",
+    "hwtimer_timeouts_rejected": "rejected",
+    "hwtimer_task_errors": "task_errors",
+    "hwtimer_worker_ticks": "ticks",
+    "hwtimer_worker_wakeups": "wakeups",
+}
+GAUGES = {
+    "hwtimer_timeouts_pending": "pending",
+    "hwtimer_max_expired_per_tick": "max_expired_per_tick",
+    "hwtimer_task_time_max_seconds": "task_time_max",
+    "hwtimer_task_lateness_samples": "late_samples",
+}
+QUANTILES = {"0.5": "late_p50", "0.99": "late_p99", "1": "late_max"}
+# OpenTelemetry: name -> (stats key, kind, unit)
+OTEL = {
+    "hwtimer.timeouts.scheduled": ("scheduled", "counter", "{timeout}"),
+    "hwtimer.timeouts.expired": ("expired", "counter", "{timeout}"),
+    "hwtimer.timeouts.cancelled": ("cancelled", "counter", "{timeout}"),
+    "hwtimer.timeouts.rejected": ("rejected", "counter", "{timeout}"),
+    "hwtimer.task.errors": ("task_errors", "counter", "{task}"),
+    "hwtimer.worker.ticks": ("ticks", "counter", "{tick}"),
+    "hwtimer.worker.wakeups": ("wakeups", "counter", "{wakeup}"),
+    "hwtimer.timeouts.pending": ("pending", "up-down", "{timeout}"),
+    "hwtimer.max_expired_per_tick": ("max_expired_per_tick", "gauge", "{timeout}"),
+    "hwtimer.task.time_max": ("task_time_max", "gauge", "s"),
+    "hwtimer.task.lateness_samples": ("late_samples", "gauge", "{task}"),
+}
+
+
+def settled_timer(make_timer, name: str, fire: int, cancel: int) -> hwtimer.HashedWheelTimer:
+    """A timer named `name` on which `fire` timeouts fired (the first one
+    raising), `cancel` + 1 were cancelled and one was rejected, all of it
+    processed: with nothing pending its worker blocks, and its stats() no
+    longer change."""
+    timer = make_timer(0.005, 64, thread_name=name, max_pending_timeouts=cancel + 1)
+    ran = threading.Semaphore(0)
+
+    def task(_t):
+        ran.release()
+
+    def failing(_t):
+        ran.release()
+        raise RuntimeError("a task that fails, on purpose")
+
+    for i in range(fire):  # one at a time: the limit is never near
+        timer.new_timeout(failing if i == 0 else task, 0.0)
+        assert ran.acquire(timeout=DEADLINE)
+    assert wait_for(lambda: timer.pending_timeouts() == 0)
+    # Nothing of these can expire or be cancelled before the rejection.
+    held = [timer.new_timeout(task, 3600) for _ in range(cancel + 1)]
+    with pytest.raises(hwtimer.RejectedExecutionError):
+        timer.new_timeout(task, 3600)
+    assert all(t.cancel() for t in held)
+
+    def processed() -> bool:
+        s = timer.stats()
+        return (s["cancelled"], s["late_samples"], s["pending"]) == (cancel + 1, fire, 0)
+
+    assert wait_for(processed)
+    return timer
+
+
+@pytest.fixture
+def two_timers(make_timer) -> list[hwtimer.HashedWheelTimer]:
+    return [settled_timer(make_timer, "api", 5, 3), settled_timer(make_timer, "jobs", 2, 7)]
+
+
+@pytest.fixture(autouse=True)
+def quiet_task_errors(caplog):
+    """The failing tasks above log a WARNING each, as they should."""
+    caplog.set_level("CRITICAL", logger="hwtimer")
+
+
+def by_name(text: str) -> dict:
+    return {family.name: family for family in text_string_to_metric_families(text)}
+
+
+def check_exposition(text: str, timers: list[hwtimer.HashedWheelTimer]) -> None:
+    """`text`, parsed as Prometheus reads it, holds each timer's stats()."""
+    families = by_name(text)
+    assert set(families) == {*COUNTERS, *GAUGES, "hwtimer_task_lateness_seconds"}
+    for timer in timers:
+        stats = timer.stats()
+        label = {"timer": timer.thread_name}
+        for name, key in COUNTERS.items():
+            family = families[name]
+            assert family.type == "counter"
+            samples = [s for s in family.samples if s.labels == label]
+            assert [(s.name, s.value) for s in samples] == [(name + "_total", stats[key])]
+        for name, key in GAUGES.items():
+            family = families[name]
+            assert family.type == "gauge"
+            samples = [s for s in family.samples if s.labels == label]
+            assert [(s.name, s.value) for s in samples] == [(name, stats[key])]
+        summary = families["hwtimer_task_lateness_seconds"]
+        assert summary.type == "summary"
+        quantiles = {
+            s.labels["quantile"]: s.value
+            for s in summary.samples
+            if s.labels["timer"] == timer.thread_name
+        }
+        assert quantiles == {q: pytest.approx(stats[k]) for q, k in QUANTILES.items()}
+        # seconds, in order, and within what a busy machine can be late by
+        assert 0 <= quantiles["0.5"] <= quantiles["0.99"] <= quantiles["1"] < DEADLINE
+    api = {s.labels["timer"]: s.value for s in families["hwtimer_timeouts_scheduled"].samples}
+    assert api == {"api": 5 + 3 + 1, "jobs": 2 + 7 + 1}
+    errors = {s.labels["timer"]: s.value for s in families["hwtimer_task_errors"].samples}
+    assert errors == {"api": 1, "jobs": 1}
+    rejected = {s.labels["timer"]: s.value for s in families["hwtimer_timeouts_rejected"].samples}
+    assert rejected == {"api": 1, "jobs": 1}
+
+
+@pytest.fixture
+def registry() -> Iterator[object]:
+    yield prometheus_client.CollectorRegistry()
+
+
+def test_scrape_over_http(two_timers, registry):
+    metrics.register_prometheus(*two_timers, registry=registry)
+    server, thread = prometheus_client.start_http_server(0, addr="127.0.0.1", registry=registry)
+    try:
+        url = f"http://127.0.0.1:{server.server_port}/metrics"
+        with urllib.request.urlopen(url, timeout=DEADLINE) as response:
+            assert response.status == 200
+            assert response.headers["Content-Type"].startswith("text/plain")
+            text = response.read().decode()
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(DEADLINE)
+    check_exposition(text, two_timers)
+
+
+def test_generate_latest(two_timers, registry):
+    collector = metrics.register_prometheus(*two_timers, registry=registry)
+    check_exposition(prometheus_client.generate_latest(registry).decode(), two_timers)
+    registry.unregister(collector)
+    assert prometheus_client.generate_latest(registry) == b""
+
+
+def test_openmetrics_exposition_says_units(two_timers, registry):
+    from prometheus_client.openmetrics.exposition import generate_latest
+
+    metrics.register_prometheus(*two_timers, registry=registry)
+    text = generate_latest(registry).decode()
+    assert "# UNIT hwtimer_task_lateness_seconds seconds" in text
+    assert "# UNIT hwtimer_task_time_max_seconds seconds" in text
+    assert 'hwtimer_timeouts_expired_total{timer="api"} 5.0' in text
+
+
+def test_default_registry(make_timer):
+    timer = make_timer(thread_name="in-default-registry")
+    collector = metrics.register_prometheus(timer)
+    try:
+        text = prometheus_client.generate_latest().decode()
+        assert 'hwtimer_timeouts_pending{timer="in-default-registry"} 0.0' in text
+    finally:
+        prometheus_client.REGISTRY.unregister(collector)
+
+
+def test_scrapes_follow_the_timer(make_timer, registry):
+    timer = make_timer(0.005, 64, thread_name="live")
+    metrics.register_prometheus(timer, registry=registry)
+
+    def pending() -> float:
+        families = by_name(prometheus_client.generate_latest(registry).decode())
+        return families["hwtimer_timeouts_pending"].samples[0].value
+
+    assert pending() == 0
+    timeouts = [timer.new_timeout(lambda t: None, 3600) for _ in range(4)]
+    assert pending() == 4
+    for t in timeouts:
+        t.cancel()
+    assert wait_for(lambda: pending() == 0)
+
+
+def test_a_timer_gone_drops_out(registry):
+    kept = hwtimer.HashedWheelTimer(0.01, 64, thread_name="kept")
+    gone = hwtimer.HashedWheelTimer(0.01, 64, thread_name="gone")
+    try:
+        metrics.register_prometheus(kept, gone, registry=registry)
+        gone.stop()
+        del gone
+        gc.collect()
+        families = by_name(prometheus_client.generate_latest(registry).decode())
+        labels = {s.labels["timer"] for s in families["hwtimer_timeouts_pending"].samples}
+        assert labels == {"kept"}
+    finally:
+        kept.stop()
+
+
+def test_bad_timers_change_nothing(make_timer, registry):
+    a = make_timer(thread_name="same")
+    b = make_timer(thread_name="same")
+    with pytest.raises(ValueError, match="no timer"):
+        metrics.register_prometheus(registry=registry)
+    with pytest.raises(TypeError, match="HashedWheelTimer"):
+        metrics.register_prometheus(a, object(), registry=registry)
+    with pytest.raises(ValueError, match="two timers named 'same'"):
+        metrics.register_prometheus(a, b, registry=registry)
+    assert prometheus_client.generate_latest(registry) == b""
+    # a second collector of the same metrics in one registry is refused
+    metrics.register_prometheus(a, registry=registry)
+    before = prometheus_client.generate_latest(registry)
+    with pytest.raises(ValueError, match="Duplicated"):
+        metrics.register_prometheus(b, registry=registry)
+    assert prometheus_client.generate_latest(registry) == before
+
+
+def test_every_stats_key_is_exported(timer):
+    """FIGURES and LATENESS are the one place figures are defined: a key
+    added to stats() (and to its TypedDict) must be given a row there."""
+    exported = [f.key for f in metrics.FIGURES] + [k for _, k in metrics.LATENESS.keys]
+    assert len(exported) == len(set(exported))
+    assert set(exported) == set(hwtimer.Stats.__annotations__) == set(timer.stats())
+
+
+def test_missing_library_names_the_extra(monkeypatch, timer):
+    monkeypatch.setitem(sys.modules, "prometheus_client.core", None)
+    with pytest.raises(ImportError, match=re.escape("pip install 'hwtimer[prometheus]'")):
+        metrics.register_prometheus(timer)
+    monkeypatch.setitem(sys.modules, "opentelemetry.metrics", None)
+    with pytest.raises(ImportError, match=re.escape("pip install 'hwtimer[otel]'")):
+        metrics.register_otel(object(), timer)
+
+
+def test_importing_hwtimer_imports_neither_library():
+    proc = run_python(
+        """
+        import sys
+        import hwtimer, hwtimer.metrics
+        loaded = sorted(m for m in sys.modules
+                        if m.split(".")[0] in ("prometheus_client", "opentelemetry"))
+        print(loaded)
+        """
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
+
+
+# ---- OpenTelemetry ----
+
+
+@pytest.fixture
+def otel_reader() -> Iterator[tuple[object, object]]:
+    pytest.importorskip("opentelemetry.sdk")
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    yield provider.get_meter("hwtimer-tests"), reader
+    provider.shutdown()
+
+
+def otel_metrics(reader) -> dict:
+    data = reader.get_metrics_data()
+    return {
+        m.name: m for rm in data.resource_metrics for sm in rm.scope_metrics for m in sm.metrics
+    }
+
+
+def test_otel_instruments(two_timers, otel_reader):
+    from opentelemetry.sdk.metrics.export import Gauge, Sum
+
+    meter, reader = otel_reader
+    instruments = metrics.register_otel(meter, *two_timers)
+    assert len(instruments) == len(metrics.FIGURES) + 1
+    got = otel_metrics(reader)
+    assert set(got) == {*OTEL, "hwtimer.task.lateness"}
+    for timer in two_timers:
+        stats = timer.stats()
+        for name, (key, kind, unit) in OTEL.items():
+            m = got[name]
+            assert m.unit == unit and m.description
+            if kind == "gauge":
+                assert isinstance(m.data, Gauge)
+            else:
+                assert isinstance(m.data, Sum) and m.data.is_monotonic == (kind == "counter")
+            points = [p for p in m.data.data_points if p.attributes == {"timer": timer.thread_name}]
+            assert [p.value for p in points] == [stats[key]]
+        lateness = got["hwtimer.task.lateness"]
+        assert isinstance(lateness.data, Gauge) and lateness.unit == "s"
+        quantiles = {
+            p.attributes["quantile"]: p.value
+            for p in lateness.data.data_points
+            if p.attributes["timer"] == timer.thread_name
+        }
+        assert quantiles == {q: pytest.approx(stats[k]) for q, k in QUANTILES.items()}
+
+
+def test_otel_follows_the_timer(make_timer, otel_reader):
+    meter, reader = otel_reader
+    timer = make_timer(thread_name="otel-live")
+    metrics.register_otel(meter, timer)
+
+    def pending() -> int:
+        return otel_metrics(reader)["hwtimer.timeouts.pending"].data.data_points[0].value
+
+    assert pending() == 0
+    timeouts = [timer.new_timeout(lambda t: None, 3600) for _ in range(3)]
+    assert pending() == 3
+    for t in timeouts:
+        t.cancel()
+    assert wait_for(lambda: pending() == 0)
+
+
+def test_otel_bad_timers(make_timer, otel_reader):
+    meter, _ = otel_reader
+    with pytest.raises(ValueError, match="no timer"):
+        metrics.register_otel(meter)
+    with pytest.raises(TypeError, match="HashedWheelTimer"):
+        metrics.register_otel(meter, "timer")
+
+
+# ---- the README's examples ----
+
+
+def monitoring_examples() -> list[str]:
+    """The Python code blocks of the README's "Monitoring" section."""
+    if not README.exists():
+        pytest.skip("README.rst is not beside these tests")
+    text = README.read_text()
+    section = text.split("\nMonitoring\n----------\n", 1)[1]
+    section = re.split(r"\n[^\n]+\n-{3,}\n", section, maxsplit=1)[0]
+    blocks = re.findall(r"\.\. code-block:: python\n\n((?:    .*\n|\n)+)", section)
+    return [re.sub(r"^    ", "", b, flags=re.M) for b in blocks]
+
+
+def test_readme_has_both_examples():
+    examples = monitoring_examples()
+    assert any("register_prometheus" in e for e in examples)
+    assert any("register_otel" in e for e in examples)
+
+
+@pytest.mark.parametrize("index", [0, 1])
+def test_readme_example_runs(index, tmp_path):
+    code = monitoring_examples()[index]
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "hwtimer" in proc.stdout
+    if "register_prometheus" in code:
+        assert by_name(proc.stdout)["hwtimer_timeouts_expired"].samples[0].value > 0
+    else:
+        assert '"name": "hwtimer.timeouts.expired"' in proc.stdout
