@@ -10,7 +10,7 @@ import subprocess
 import sys
 import threading
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -187,6 +187,17 @@ def test_default_registry(make_timer):
         prometheus_client.REGISTRY.unregister(collector)
 
 
+def check_pending_follows(timer: hwtimer.HashedWheelTimer, pending: Callable[[], float]) -> None:
+    """Each read of `pending` (the exported pending figure) is the timer's
+    count at that moment, not one taken earlier."""
+    assert pending() == 0
+    timeouts = [timer.new_timeout(lambda t: None, 3600) for _ in range(4)]
+    assert pending() == 4
+    for t in timeouts:
+        t.cancel()
+    assert wait_for(lambda: pending() == 0)
+
+
 def test_scrapes_follow_the_timer(make_timer, registry):
     timer = make_timer(0.005, 64, thread_name="live")
     metrics.register_prometheus(timer, registry=registry)
@@ -195,12 +206,7 @@ def test_scrapes_follow_the_timer(make_timer, registry):
         families = by_name(prometheus_client.generate_latest(registry).decode())
         return families["hwtimer_timeouts_pending"].samples[0].value
 
-    assert pending() == 0
-    timeouts = [timer.new_timeout(lambda t: None, 3600) for _ in range(4)]
-    assert pending() == 4
-    for t in timeouts:
-        t.cancel()
-    assert wait_for(lambda: pending() == 0)
+    check_pending_follows(timer, pending)
 
 
 def test_a_timer_gone_drops_out(registry):
@@ -326,12 +332,7 @@ def test_otel_follows_the_timer(make_timer, otel_reader):
     def pending() -> int:
         return otel_metrics(reader)["hwtimer.timeouts.pending"].data.data_points[0].value
 
-    assert pending() == 0
-    timeouts = [timer.new_timeout(lambda t: None, 3600) for _ in range(3)]
-    assert pending() == 3
-    for t in timeouts:
-        t.cancel()
-    assert wait_for(lambda: pending() == 0)
+    check_pending_follows(timer, pending)
 
 
 def test_otel_bad_timers(make_timer, otel_reader):
