@@ -36,15 +36,15 @@ IMPLS = (
 FLOOR = "floor: C call-and-free loop"
 
 
-def counter(n: int, on_done, takes_arg: bool):
-    """Returns a callback counting its calls (with one argument, a task of
-    new_timeout; with none, a loop callback), and the times of its first
-    and n-th calls, filled in as they happen."""
+def counter(n: int, on_done):
+    """Returns a callback counting its calls, with one argument (a task of
+    new_timeout) or none (a loop callback), and the times of its first and
+    n-th calls, filled in as they happen."""
     times = [0.0, 0.0]
     count = 0
     mono = time.monotonic
 
-    def tick() -> None:
+    def tick(timeout=None) -> None:
         nonlocal count
         count += 1
         if count == 1:
@@ -53,19 +53,7 @@ def counter(n: int, on_done, takes_arg: bool):
             times[1] = mono()
             on_done()
 
-    if not takes_arg:
-        return tick, times
-
-    def task(timeout) -> None:
-        nonlocal count
-        count += 1
-        if count == 1:
-            times[0] = mono()
-        elif count == n:
-            times[1] = mono()
-            on_done()
-
-    return task, times
+    return tick, times
 
 
 def burst_result(n: int, times: list[float], target: float, scheduled_at: float) -> dict:
@@ -87,7 +75,7 @@ def child_floor(n: int) -> dict:
     import floor
 
     ext = floor.load()
-    task, times = counter(n, lambda: None, True)
+    task, times = counter(n, lambda: None)
     args = ext.make_args(n)
     t0 = time.monotonic()
     elapsed_ns = ext.burst(task, args)
@@ -100,7 +88,7 @@ def child_hwtimer(n: int, lead: float) -> dict:
     timer = new_hwtimer()
     timer.start()
     done = threading.Event()
-    c, times = counter(n, done.set, True)
+    c, times = counter(n, done.set)
     t0 = time.monotonic()
     target = t0 + lead
     new_timeout, mono = timer.new_timeout, time.monotonic
@@ -126,7 +114,7 @@ def child(cfg: dict, impl: str) -> dict:
     kind = "uvloop" if "uvloop" in impl else "asyncio"
     loop = new_loop(kind)
     fut = loop.create_future()
-    c, times = counter(n, lambda: fut.set_result(None), False)
+    c, times = counter(n, lambda: fut.set_result(None))
     if impl.startswith("hwtimer"):
         timer = new_hwtimer()
 

@@ -1,8 +1,8 @@
 """Memory per pending timeout: RSS bytes with 1M timeouts pending, the Python
 object included, every task the same shared function; tracemalloc's count
-too.  Each implementation and each way of counting runs in its own process,
-round after round; two at a time, since a process's RSS does not depend on
-the others'.
+too (in two runs: it counts bytes, which do not move).  Each implementation
+and each way of counting runs in its own process, round after round; two at
+a time, since a process's RSS does not depend on the others'.
 """
 
 from __future__ import annotations
@@ -57,18 +57,21 @@ def child(cfg: dict, impl: str, traced: bool) -> dict:
 
 
 def run(cfg: dict) -> dict:
+    # tracemalloc counts bytes, which do not move from run to run, and is
+    # slow: two runs of it are enough
+    counts = {"rss": cfg["repeats"], "tracemalloc": min(cfg["repeats"], 2)}
     with ThreadPoolExecutor(2) as pool:
-        rounds = [
-            {
-                kind: {k: pool.submit(run_child, "memory", "child", cfg, k, traced) for k in IMPLS}
-                for kind, traced in (("rss", False), ("tracemalloc", True))
-            }
-            for _ in range(cfg["repeats"])
-        ]
-        runs = [
-            {kind: {k: f.result() for k, f in fs.items()} for kind, fs in r.items()} for r in rounds
-        ]
-    return summarize(runs)
+        futures: dict = {kind: [] for kind in counts}
+        for i in range(cfg["repeats"]):
+            for kind, rounds in counts.items():
+                if i < rounds:
+                    args = (run_child, "memory", "child", cfg)
+                    traced = kind == "tracemalloc"
+                    futures[kind].append({k: pool.submit(*args, k, traced) for k in IMPLS})
+        return {
+            kind: summarize([{k: f.result() for k, f in r.items()} for r in rounds])
+            for kind, rounds in futures.items()
+        }
 
 
 def figure(r: dict) -> dict:

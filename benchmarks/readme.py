@@ -26,6 +26,8 @@ import re
 import sys
 import textwrap
 
+from run import BUSY_CORES, SPREAD
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 README = os.path.join(os.path.dirname(HERE), "README.rst")
 RESULTS = os.path.join(HERE, "results", "results.json")
@@ -94,14 +96,12 @@ def block_machine(r: dict) -> str:
         f"Each is the median of {c['repeats']} runs, the implementations interleaved, with "
         f"the runs' min-max beside it; while it ran, other processes used up to "
         f"{busiest:.2f} of the {m['cores']} cores (a benchmark's ``BUSY`` line says when "
-        f"this passes {0.25:.2f}, its ``SPREAD`` line when runs disagree by more than 20 %)."
+        f"this passes {BUSY_CORES:.2f}, its ``SPREAD`` line when runs disagree by more than "
+        f"{SPREAD:.0%})."
     )
 
 
-def block_pair(r: dict) -> str | None:
-    p = r["results"].get("pair")
-    if p is None:
-        return None
+def block_pair(p: dict, r: dict) -> str:
     ns, vs = p["ns_per_pair"], p["vs_asyncio"]
     rows = [
         [k, med(v), rng(v), times(vs[k]["median"])]
@@ -111,9 +111,8 @@ def block_pair(r: dict) -> str | None:
     return table(["implementation", "ns per pair", "min-max", "vs asyncio"], rows)
 
 
-def block_instructions(r: dict) -> str | None:
-    ins = r["results"].get("instructions")
-    if ins is None or "skipped" in ins:
+def block_instructions(ins: dict, r: dict) -> str | None:
+    if "skipped" in ins:
         return None
     h, a = ins["hwtimer"]["instructions_per_pair"], ins["asyncio"]["instructions_per_pair"]
     text = (
@@ -121,15 +120,14 @@ def block_instructions(r: dict) -> str | None:
         f"N pairs minus a run of none): hwtimer {h:,.0f} per pair, asyncio {a:,.0f}, "
         f"{a / h:.1f}x fewer."
     )
-    p = r["results"].get("pair")
+    p = r["results"].get("pair")  # the wall-clock ratio beside it, when measured
     if p:
         x = p["vs_asyncio"]["hwtimer"]
         text += f" By wall clock {med(x, '.1f')}x, the runs {rng(x, '.1f')}x."
     return para(text)
 
 
-def block_floors(r: dict) -> str | None:
-    p, b = r["results"].get("pair", {}), r["results"].get("burst", {})
+def block_floors(p: dict, b: dict, r: dict) -> str | None:
     if "vs_floor" not in p or "vs_floor" not in b:
         return None
     pf, ns = p["vs_floor"], p["ns_per_pair"]
@@ -157,10 +155,7 @@ def block_floors(r: dict) -> str | None:
     return para(pair, "  ") + "\n" + para(burst, "  ")
 
 
-def block_memory(r: dict) -> str | None:
-    mem = r["results"].get("memory")
-    if mem is None:
-        return None
+def block_memory(mem: dict, r: dict) -> str:
     rss, tm = mem["rss"], mem["tracemalloc"]
     h = rss["hwtimer"]
     return para(
@@ -174,10 +169,7 @@ def block_memory(r: dict) -> str | None:
     )
 
 
-def block_growth(r: dict) -> str | None:
-    g = r["results"].get("growth")
-    if g is None:
-        return None
+def block_growth(g: dict, r: dict) -> str:
     levels = list(g["hwtimer"]["ns_per_pair"])
     impls = [k for k in ("hwtimer", "asyncio", "uvloop") if k in g]
     rows = []
@@ -199,10 +191,7 @@ def block_growth(r: dict) -> str | None:
     return para(text) + "\n\n" + table(["pending", *(f"{k} ns" for k in impls)], rows)
 
 
-def block_burst(r: dict) -> str | None:
-    b = r["results"].get("burst")
-    if b is None:
-        return None
+def block_burst(b: dict, r: dict) -> str:
 
     def m(k: str, key: str = "callbacks_per_s") -> str:
         return med(scaled(b[k][key], 1e-6), ".2f")
@@ -223,10 +212,7 @@ def block_burst(r: dict) -> str | None:
     )
 
 
-def block_producers(r: dict) -> str | None:
-    p = r["results"].get("producers")
-    if p is None:
-        return None
+def block_producers(p: dict, r: dict) -> str:
     s = {k: scaled(v, 1e3) for k, v in p["seconds"].items()}
     return para(
         f"**Producers**: {p['total_pairs']:,} schedule + cancel pairs shared by 1, 2 or 4 "
@@ -235,10 +221,7 @@ def block_producers(r: dict) -> str | None:
     )
 
 
-def block_lateness(r: dict) -> str | None:
-    late = r["results"].get("lateness")
-    if late is None:
-        return None
+def block_lateness(late: dict, r: dict) -> str:
     rows = []
     for k, v in late.items():
         if isinstance(v, dict) and "p50_ms" in v:
@@ -259,10 +242,7 @@ def block_lateness(r: dict) -> str | None:
     )
 
 
-def block_idle(r: dict) -> str | None:
-    idle = r["results"].get("idle")
-    if idle is None:
-        return None
+def block_idle(idle: dict, r: dict) -> str:
     rows = []
     for row in idle["rows"]:
         mode = "hwtimer" if row["mode"] == "default" else "every tick"
@@ -304,10 +284,7 @@ def block_targets(r: dict) -> str | None:
     return "\n".join(lines)
 
 
-def block_scope(r: dict) -> str | None:
-    s = r["results"].get("bench_asyncio")
-    if s is None:
-        return None
+def block_scope(s: dict, r: dict) -> str:
     out = []
     for n, rows in s.items():
         if n == "python":
@@ -342,10 +319,7 @@ def block_scope(r: dict) -> str | None:
     )
 
 
-def block_scope_ratios(r: dict) -> str | None:
-    s = r["results"].get("bench_asyncio")
-    if s is None:
-        return None
+def block_scope_ratios(s: dict, r: dict) -> str:
     sizes = [n for n in s if n != "python"]
 
     def cost(n: str, name: str, key: str) -> float:
@@ -370,20 +344,22 @@ def block_scope_ratios(r: dict) -> str | None:
     )
 
 
+# Each block: the benchmarks whose results it is written from (their results
+# come first in its arguments, then the whole run), and its function.
 BLOCKS = {
-    "scope": block_scope,
-    "scope-ratios": block_scope_ratios,
-    "machine": block_machine,
-    "pair": block_pair,
-    "instructions": block_instructions,
-    "floors": block_floors,
-    "memory": block_memory,
-    "growth": block_growth,
-    "burst": block_burst,
-    "producers": block_producers,
-    "lateness": block_lateness,
-    "idle": block_idle,
-    "targets": block_targets,
+    "scope": (("bench_asyncio",), block_scope),
+    "scope-ratios": (("bench_asyncio",), block_scope_ratios),
+    "machine": ((), block_machine),
+    "pair": (("pair",), block_pair),
+    "instructions": (("instructions",), block_instructions),
+    "floors": (("pair", "burst"), block_floors),
+    "memory": (("memory",), block_memory),
+    "growth": (("growth",), block_growth),
+    "burst": (("burst",), block_burst),
+    "producers": (("producers",), block_producers),
+    "lateness": (("lateness",), block_lateness),
+    "idle": (("idle",), block_idle),
+    "targets": ((), block_targets),
 }
 
 
@@ -400,7 +376,9 @@ def rewrite(text: str, results: dict) -> tuple[str, list[str]]:
         name = m.group("name")
         if name not in BLOCKS:
             raise ValueError(f"README block {name!r} is not one readme.py writes")
-        body = BLOCKS[name](results)
+        needs, write = BLOCKS[name]
+        got = [results["results"].get(n) for n in needs]
+        body = None if None in got else write(*got, results)
         if body is None:
             kept.append(name)
             return m.group(0)

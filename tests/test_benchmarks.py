@@ -20,9 +20,14 @@ REPEATS = 2
 # callgrind takes most of a minute even on tiny sizes; the rest run here
 ONLY = ["pair", "memory", "growth", "burst", "producers", "lateness", "idle", "bench_asyncio"]
 
-pytestmark = pytest.mark.skipif(
-    not os.path.exists(os.path.join(BENCHMARKS, "run.py")), reason="no benchmarks/ in this tree"
-)
+pytestmark = [
+    pytest.mark.skipif(
+        not os.path.exists(os.path.join(BENCHMARKS, "run.py")), reason="no benchmarks/ in this tree"
+    ),
+    # scripts/sanitize.sh: minutes of benchmarks whose figures mean nothing
+    # there, over calls the rest of the suite makes already
+    pytest.mark.skipif("san.so" in os.environ.get("LD_PRELOAD", ""), reason="under a sanitizer"),
+]
 
 
 def is_summary(x: object, runs: int = REPEATS) -> bool:
