@@ -62,14 +62,17 @@ def pair_sched():
 
 def interleaved(fns: dict, n: int, rounds: int) -> tuple[dict, dict]:
     """Runs each fn(n) once per round, in turn, so that a change in the
-    machine's load hits every implementation alike.  Returns the wall and
-    the CPU (process) ns per call of every round, by implementation."""
+    machine's load hits every implementation alike, starting one further
+    each round so that none always follows the same one.  Returns the wall
+    and the CPU (process) ns per call of every round, by implementation."""
     for fn in fns.values():
         fn(min(n, 10_000))  # warm up
     wall: dict = {k: [] for k in fns}
     cpu: dict = {k: [] for k in fns}
-    for _ in range(rounds):
-        for k, fn in fns.items():
+    names = list(fns)
+    for i in range(rounds):
+        for k in names[i % len(names) :] + names[: i % len(names)]:
+            fn = fns[k]
             c0, t0 = time.process_time_ns(), time.perf_counter_ns()
             fn(n)
             wall[k].append((time.perf_counter_ns() - t0) / n)
