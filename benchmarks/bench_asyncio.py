@@ -124,8 +124,8 @@ async def one_run(n: int, wrap: Wrapper, measure_memory: bool) -> int:
 
 def measure(
     new_loop: Callable[[], asyncio.AbstractEventLoop], n: int, repeat: int, memory: bool
-) -> dict[str, float]:
-    """Returns the median per-request figure of each wrapper."""
+) -> dict[str, list[float]]:
+    """Returns each wrapper's per-request figure of every run."""
     samples: dict[str, list[float]] = {name: [] for name in WRAPPERS}
     names = list(WRAPPERS)
     for run in range(repeat):
@@ -140,6 +140,10 @@ def measure(
             finally:
                 loop.close()
             samples[name].append(value / n)
+    return samples
+
+
+def medians(samples: dict[str, list[float]]) -> dict[str, float]:
     return {name: statistics.median(values) for name, values in samples.items()}
 
 
@@ -149,7 +153,7 @@ def ratio(numerator: float, denominator: float) -> str:
     return f"{numerator / denominator:.1f}x"
 
 
-def report(n: int, times: dict[str, float], memory: dict[str, float]) -> None:
+def print_size(n: int, times: dict[str, float], memory: dict[str, float]) -> None:
     base_time = times["none (baseline)"]
     base_memory = memory["none (baseline)"]
     print(f"\n{n:,} concurrent requests")
@@ -211,10 +215,59 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(f"median of {args.repeat} runs; overhead and extra memory are over the baseline")
     for n in args.sizes:
-        times = measure(new_loop, n, args.repeat, memory=False)
-        memory = measure(new_loop, n, max(1, args.repeat // 2), memory=True)
-        report(n, times, memory)
+        times = medians(measure(new_loop, n, args.repeat, memory=False))
+        memory = medians(measure(new_loop, n, max(1, args.repeat // 2), memory=True))
+        print_size(n, times, memory)
     return 0
+
+
+# ---- as one of benchmarks/run.py's benchmarks ----
+
+SIZES = {
+    "full": {"sizes": [10_000, 100_000]},
+    "quick": {"sizes": [10_000]},
+    "tiny": {"sizes": [500]},
+}
+
+
+def child(cfg: dict) -> dict:
+    """Every size on asyncio's loop: time per request (cfg["repeats"] runs)
+    and Python heap per request (tracemalloc counts bytes, which do not
+    move from run to run: half as many runs, at least two)."""
+    from common import summary
+
+    out: dict = {"python": platform.python_version()}
+    for n in cfg["sizes"]:
+        times = measure(asyncio.new_event_loop, n, cfg["repeats"], memory=False)
+        memory = measure(asyncio.new_event_loop, n, max(2, cfg["repeats"] // 2), memory=True)
+        out[str(n)] = {
+            name: {"ns": summary(times[name]), "bytes": summary(memory[name])} for name in WRAPPERS
+        }
+    return out
+
+
+def run(cfg: dict) -> dict:
+    from common import run_child
+
+    return run_child("bench_asyncio", "child", cfg)
+
+
+def report(r: dict) -> list[str]:
+    lines = []
+    for n, rows in r.items():
+        if n == "python":
+            continue
+        lines.append(f"{int(n):,} concurrent requests (asyncio loop): us/request, median (min-max)")
+        base = rows["none (baseline)"]
+        for name, v in rows.items():
+            us = {q: x / 1e3 for q, x in v["ns"].items() if q != "runs"}
+            over = (v["ns"]["median"] - base["ns"]["median"]) / 1e3
+            extra = v["bytes"]["median"] - base["bytes"]["median"]
+            lines.append(
+                f"  {name:<18} {us['median']:>7.2f} ({us['min']:.2f}-{us['max']:.2f})"
+                f"  overhead {over:>5.2f}  memory {v['bytes']['median']:>5.0f} B (+{extra:.0f})"
+            )
+    return lines
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ Usage::
 
     python benchmarks/idle.py [--seconds 5]
 
-``benchmarks/run.py`` runs it too.
+``benchmarks/run.py`` runs it too, round after round (``run``).
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ THREAD_NAME = "idlebench"
 TICKS = (0.001, 0.010)
 SCENARIOS = ("idle", "1/s")
 MODES = ("default", "every-tick")
+SIZES = {"full": {"seconds": 2.0}, "quick": {"seconds": 1.0}, "tiny": {"seconds": 0.3}}
 
 
 def _find_thread(comm: str) -> int | None:
@@ -143,6 +144,29 @@ def run_all(seconds: float = 5.0, parallel: int = 2) -> list[dict]:
     with ThreadPoolExecutor(parallel) as pool:
         futures = [pool.submit(_run_child, t, s, m, seconds) for t, s, m in combos]
         return [f.result() for f in futures]
+
+
+def run(cfg: dict) -> dict:
+    """Every case, cfg["repeats"] times over; each row's numbers summarized."""
+    from common import summarize
+
+    rounds = [run_all(cfg["seconds"]) for _ in range(cfg["repeats"])]
+    return {"rows": [summarize(list(case)) for case in zip(*rounds)]}
+
+
+def report(r: dict) -> list[str]:
+    medians = [
+        {k: v["median"] if isinstance(v, dict) else v for k, v in row.items()} for row in r["rows"]
+    ]
+    lines = ["idle cost (per second of wall time), medians", *format_table(medians).splitlines()]
+    for row in r["rows"]:
+        cpu = row["worker_cpu_us_per_s"]
+        if cpu["max"] - cpu["min"] > max(100.0, 0.2 * cpu["median"]):
+            lines.append(
+                f"  {row['tick_ms']['median']:g} ms {row['scenario']} {row['mode']}: worker CPU "
+                f"{cpu['min']:,.0f}-{cpu['max']:,.0f} us/s over the rounds"
+            )
+    return lines
 
 
 def format_table(rows: list[dict]) -> str:

@@ -1,0 +1,116 @@
+"""benchmarks/run.py on tiny sizes: every benchmark runs, results.json has
+the shape the README generator reads, and the README's figures can be
+rewritten from it.  Nothing here asserts speed."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+
+import pytest
+
+CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BENCHMARKS = os.path.join(CHECKOUT, "benchmarks")
+REPEATS = 2
+# callgrind takes most of a minute even on tiny sizes; the rest run here
+ONLY = ["pair", "memory", "growth", "burst", "producers", "lateness", "idle", "bench_asyncio"]
+
+pytestmark = [
+    pytest.mark.skipif(
+        not os.path.exists(os.path.join(BENCHMARKS, "run.py")), reason="no benchmarks/ in this tree"
+    ),
+    # scripts/sanitize.sh: minutes of benchmarks whose figures mean nothing
+    # there, over calls the rest of the suite makes already
+    pytest.mark.skipif("san.so" in os.environ.get("LD_PRELOAD", ""), reason="under a sanitizer"),
+]
+
+
+def is_summary(x: object, runs: int = REPEATS) -> bool:
+    return (
+        isinstance(x, dict)
+        and {"median", "min", "max", "runs"} <= x.keys()
+        and len(x["runs"]) == runs
+        and x["min"] <= x["median"] <= x["max"]
+    )
+
+
+def bench(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    env.pop("PYTHONWARNINGS", None)
+    return subprocess.run(
+        [sys.executable, *args], capture_output=True, text=True, env=env, timeout=timeout
+    )
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str, str]:
+    pytest.importorskip("uvloop")
+    out = tmp_path_factory.mktemp("bench")
+    args = ["--size", "tiny", "--repeats", str(REPEATS), "--out", str(out), "--only", *ONLY]
+    proc = bench(os.path.join(BENCHMARKS, "run.py"), *args)
+    assert proc.returncode == 0, proc.stderr
+    with open(out / "results.json") as f:
+        return json.load(f), proc.stdout, str(out)
+
+
+def test_every_benchmark_gives_repeated_figures(tiny_run: tuple[dict, str, str]) -> None:
+    r, stdout, _ = tiny_run
+    assert r["config"] == {"size": "tiny", "repeats": REPEATS, "benchmarks": ONLY}
+    assert list(r["results"]) == ONLY
+    res = r["results"]
+    pair = res["pair"]
+    for impl in ("hwtimer", "asyncio", "uvloop", "sched", "threading.Timer"):
+        assert is_summary(pair["ns_per_pair"][impl]), impl
+        assert is_summary(pair["vs_asyncio"][impl]), impl
+    assert is_summary(res["memory"]["rss"]["hwtimer"]["bytes_per_timeout"])
+    assert is_summary(res["growth"]["hwtimer"]["ns_per_pair"]["10000"])
+    assert is_summary(res["growth"]["asyncio"]["gc_collect_ms"]["0"])
+    assert is_summary(res["burst"]["hwtimer"]["first_late_ms"])
+    assert is_summary(res["burst"]["vs_asyncio"]["hwtimer"])
+    assert is_summary(res["producers"]["vs_one_thread"]["4"])
+    for impl in ("hwtimer, tick 1 ms", "asyncio", "uvloop"):
+        assert is_summary(res["lateness"][impl]["p99_ms"]), impl
+    assert len(res["idle"]["rows"]) == 8
+    assert all(is_summary(row["wakeups_per_s"]) for row in res["idle"]["rows"])
+    assert is_summary(res["bench_asyncio"]["500"]["hwtimer.timeout"]["ns"])
+    for name in ONLY:
+        load = r["load"][name]
+        assert load["other_processes_cores"] >= 0 and len(load["load_average_start"]) == 3
+    assert set(r["figures"]) == {"pair", "memory", "growth", "burst", "producers"}
+    assert all(is_summary(f["value"]) for f in r["figures"].values())
+    # the printed report gives medians with min-max
+    assert re.search(r"\n +hwtimer\s+[\d,]+ \([\d,]+-[\d,]+\)", stdout)
+
+
+def test_floors_are_measured_in_the_same_run(tiny_run: tuple[dict, str, str]) -> None:
+    if shutil.which(sysconfig.get_config_var("CC").split()[0]) is None:
+        pytest.skip("no C compiler for the floor extension")
+    res = tiny_run[0]["results"]
+    pair, burst = res["pair"], res["burst"]
+    assert is_summary(pair["ns_per_pair"]["floor: essential work"])
+    assert is_summary(pair["vs_floor"]["hwtimer / floor: essential work"])
+    assert is_summary(burst["floor: C call-and-free loop"]["callbacks_per_s_first_to_last"])
+    assert is_summary(burst["vs_floor"]["hwtimer run rate / limit"])
+
+
+def test_readme_figures_come_from_results(tiny_run: tuple[dict, str, str], tmp_path) -> None:
+    r, _, out = tiny_run
+    readme = tmp_path / "README.rst"
+    shutil.copy(os.path.join(CHECKOUT, "README.rst"), readme)
+    results = os.path.join(out, "results.json")
+    generator = os.path.join(BENCHMARKS, "readme.py")
+    args = ["--results", results, "--readme", str(readme)]
+    assert bench(generator, *args, "--check").returncode == 1  # not these figures yet
+    proc = bench(generator, *args)
+    assert proc.returncode == 0, proc.stderr
+    # only what the run left out (callgrind) keeps its old text
+    assert "left as they were: instructions" in proc.stderr
+    text = readme.read_text()
+    assert "**Burst**: 5,000 timeouts due in the same tick" in text
+    assert f"Each is the median of {REPEATS} runs" in text
+    assert bench(generator, *args, "--check").returncode == 0
