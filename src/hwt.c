@@ -54,7 +54,6 @@ enum { CANCEL_WAKE_NONE = 0, CANCEL_WAKE_AT_BATCH = 1, CANCEL_WAKE_AT_FIRST = 2 
 #define CANCEL_SEEN  1u /* the worker's: its cancel was processed before it left the queue */
 #define MISSED_SHIFT 4  /* a periodic's HWT_MISSED_* policy, set at schedule */
 #define MISSED_MASK  0x30u
-#define REGRID       0x40u /* re-arm's: the grid restarts from the next run's start */
 
 /* A reset's entry in the cancel vector: the node's address with this bit. */
 #define RESET_TAG ((uintptr_t)1)
@@ -909,7 +908,8 @@ int hwt_timer_schedule_periodic(hwt_timer *t, hwt_timeout *to, int64_t delay_ns,
     to->period = period_ns > 0 ? period_ns : 0;
     to->flags = to->period ? ((uint32_t)missed << MISSED_SHIFT) & MISSED_MASK : 0;
     to->link.prev = NULL;
-    atomic_store_explicit(&to->state, HWT_INIT, memory_order_relaxed);
+    /* release: a cancel or reset that sees INIT sees the fields above */
+    atomic_store_explicit(&to->state, HWT_INIT, memory_order_release);
     if (t->state != T_STARTED || t->orphaned)
         return HWT_ESTOPPED;
     uint64_t scheduled = atomic_fetch_add_explicit(&t->scheduled, 1, memory_order_relaxed) + 1;
@@ -1070,27 +1070,23 @@ static inline int64_t add_sat(int64_t a, int64_t b)
     return a >= HWT_NEVER - b ? HWT_NEVER : a + b;
 }
 
-int64_t hwt_periodic_next(int64_t deadline, int64_t period, int missed, bool regrid, int64_t start,
-                          int64_t end, bool *next_regrid, bool *again)
+int64_t hwt_periodic_next(int64_t deadline, int64_t period, int missed, int64_t start, int64_t end,
+                          bool *again)
 {
-    *next_regrid = false;
-    *again = false;
     int64_t next = add_sat(deadline, period);
+    *again = false;
     switch (missed) {
     case HWT_MISSED_BURST: /* every grid point, the missed ones back to back */
         *again = next <= end;
         return next;
-    case HWT_MISSED_DELAY: {
-        /* the grid restarts from the start of a run that was late (by a
-           period, or because the one before overran) */
-        int64_t anchor = regrid || start - deadline >= period ? start : deadline;
-        next = add_sat(anchor, period);
-        if (next > end)
-            return next;
-        *next_regrid = true; /* overran: once now, a new grid from it */
-        *again = true;
-        return end;
-    }
+    case HWT_MISSED_DELAY:
+        /* a run late by a period is the one "now": the grid restarts from
+           its start; one that overran the next point is followed by one
+           now, which starts the new grid (its deadline is its start) */
+        if (start - deadline >= period)
+            next = add_sat(start, period);
+        *again = next <= end;
+        return *again ? end : next;
     default: /* skip: the first grid point after the run ended */
         if (next > end)
             return next;
@@ -1118,15 +1114,12 @@ int hwt_timeout_rearm(hwt_timeout *to, int64_t start, int64_t end)
         r = s == HWT_CANCELLED ? HWT_ECANCELLED : HWT_ESTOPPED;
         count_out(t, HWT_CANCELLED);
     } else if (s == HWT_RUNNING) {
-        bool regrid, again;
+        bool again;
         int missed = (int)((to->flags & MISSED_MASK) >> MISSED_SHIFT);
-        set_deadline(to, hwt_periodic_next(hwt_timeout_deadline(to), to->period, missed,
-                                           to->flags & REGRID, start, end, &regrid, &again));
-        to->flags = regrid ? to->flags | REGRID : to->flags & ~REGRID;
+        set_deadline(to, hwt_periodic_next(hwt_timeout_deadline(to), to->period, missed, start, end,
+                                           &again));
         r = again ? HWT_EAGAIN : HWT_OK;
-    } else {
-        to->flags &= ~REGRID; /* RUNNING_RESET: the reset's deadline */
-    }
+    } /* RUNNING_RESET: the reset set the next deadline */
     if (r == HWT_OK) {
         /* pushed under the lock: stop() closes the stack only after it
            has set cancel_closed, so it is open, and stop() will sweep it */

@@ -164,12 +164,13 @@ int hwt_timer_schedule_periodic(hwt_timer *t, hwt_timeout *to, int64_t delay_ns,
 int hwt_timeout_reset(hwt_timeout *to, int64_t delay_ns);
 
 /* The next deadline (ns since the timer's start) of a periodic timeout
-   whose run at `deadline` began at `start` and ended at `end` (ns since
-   the timer's start too), by its policy; sets *regrid when that policy
-   restarts the grid from the next run's start.  *again when the next run
-   is due already and the policy wants it now (burst, delay). */
-int64_t hwt_periodic_next(int64_t deadline, int64_t period, int missed, bool regrid, int64_t start,
-                          int64_t end, bool *next_regrid, bool *again);
+   whose run at grid point `deadline` began at `start` and ended at `end`
+   (ns since the timer's start too), by its `missed` policy.  Sets *again
+   when that next run is due already and the policy wants it now (the
+   missed runs of a burst; delay's one run after an overrun, which starts
+   its new grid). */
+int64_t hwt_periodic_next(int64_t deadline, int64_t period, int missed, int64_t start, int64_t end,
+                          bool *again);
 
 /* Ends a periodic timeout's run (state RUNNING or RUNNING_RESET) that
    began at clock time `start` and ended at `end`.  Returns
