@@ -375,46 +375,6 @@ static int64_t m_pick_delay(m_run *r)
     }
 }
 
-static void m_op_schedule(m_run *r)
-{
-    m_item *it = m_pick(r, M_FREE);
-    if (!it) {
-        m_trace(r, "schedule: no free item");
-        return;
-    }
-    int64_t delay = m_pick_delay(r);
-    int target = r->sink2_ready && m_below(r->src, 3) == 0;
-    it->target = target;
-    it->to.sink = target ? &r->sink2 : hwt_timer_default_sink(r->t);
-    int64_t rel = m_rel(r);
-    int64_t deadline = delay <= 0 ? rel : delay >= HWT_NEVER - rel ? HWT_NEVER : rel + delay;
-    bool reject = r->cfg.max_pending > 0 && r->pending + 1 > r->cfg.max_pending;
-    int rc = hwt_timer_schedule(r->t, &it->to, delay);
-    m_trace(r, "schedule item %u delay %" PRId64 " target %d -> %d (deadline %" PRId64 ")", it->id,
-            delay, target, rc, it->to.deadline);
-    M_CHECK(r, it->to.deadline == deadline,
-            "schedule: deadline %" PRId64 ", model %" PRId64 " (rel %" PRId64 ", delay %" PRId64
-            ")",
-            it->to.deadline, deadline, rel, delay);
-    if (reject) {
-        M_CHECK(r, rc == HWT_EREJECTED, "schedule: returned %d past max_pending, expected %d", rc,
-                HWT_EREJECTED);
-        r->rejected++;
-        it->cancellable = false; /* never the timer's: a cancel would be misuse */
-        return;
-    }
-    M_CHECK(r, rc == HWT_OK, "schedule: returned %d, expected HWT_OK", rc);
-    it->where = M_LIVE;
-    it->cancellable = true;
-    it->transferred = false;
-    it->deadline = deadline;
-    it->queued = ++r->queue_order;
-    it->relink = 0;
-    it->period = 0;
-    r->scheduled++;
-    r->pending++;
-}
-
 /* The deadline after `rel` by `delay`, saturated, as the core reads one. */
 static int64_t m_deadline_after(int64_t rel, int64_t delay)
 {
@@ -477,33 +437,41 @@ static int64_t m_pick_period(m_run *r)
     }
 }
 
-static void m_op_schedule_periodic(m_run *r)
+/* Schedules a free item, one-shot or periodic (every missed policy). */
+static void m_op_schedule(m_run *r, bool periodic)
 {
     m_item *it = m_pick(r, M_FREE);
-    if (!it)
+    if (!it) {
+        m_trace(r, "schedule: no free item");
         return;
-    int64_t delay = m_pick_delay(r), period = m_pick_period(r);
-    int missed = m_pick_missed(r);
+    }
+    int64_t delay = m_pick_delay(r);
+    int64_t period = periodic ? m_pick_period(r) : 0;
+    int missed = periodic ? m_pick_missed(r) : HWT_MISSED_SKIP;
     int target = r->sink2_ready && m_below(r->src, 3) == 0;
     it->target = target;
     it->to.sink = target ? &r->sink2 : hwt_timer_default_sink(r->t);
-    int64_t deadline = m_deadline_after(m_rel(r), delay);
+    int64_t rel = m_rel(r);
+    int64_t deadline = m_deadline_after(rel, delay);
     bool reject = r->cfg.max_pending > 0 && r->pending + 1 > r->cfg.max_pending;
-    int rc = hwt_timer_schedule_periodic(r->t, &it->to, delay, period, missed);
+    int rc = periodic ? hwt_timer_schedule_periodic(r->t, &it->to, delay, period, missed)
+                      : hwt_timer_schedule(r->t, &it->to, delay);
     m_trace(r,
-            "periodic item %u delay %" PRId64 " period %" PRId64 " missed %d target %d -> %d "
+            "schedule item %u delay %" PRId64 " period %" PRId64 " missed %d target %d -> %d "
             "(deadline %" PRId64 ")",
             it->id, delay, period, missed, target, rc, hwt_timeout_deadline(&it->to));
     M_CHECK(r, hwt_timeout_deadline(&it->to) == deadline,
-            "periodic: deadline %" PRId64 ", model %" PRId64, hwt_timeout_deadline(&it->to),
-            deadline);
+            "schedule: deadline %" PRId64 ", model %" PRId64 " (rel %" PRId64 ", delay %" PRId64
+            ")",
+            hwt_timeout_deadline(&it->to), deadline, rel, delay);
     if (reject) {
-        M_CHECK(r, rc == HWT_EREJECTED, "periodic: returned %d past max_pending", rc);
+        M_CHECK(r, rc == HWT_EREJECTED, "schedule: returned %d past max_pending, expected %d", rc,
+                HWT_EREJECTED);
         r->rejected++;
-        it->cancellable = false;
+        it->cancellable = false; /* never the timer's: a cancel would be misuse */
         return;
     }
-    M_CHECK(r, rc == HWT_OK, "periodic: returned %d, expected HWT_OK", rc);
+    M_CHECK(r, rc == HWT_OK, "schedule: returned %d, expected HWT_OK", rc);
     it->where = M_LIVE;
     it->cancellable = true;
     it->transferred = false;
@@ -1009,10 +977,8 @@ static void m_run_sequence(m_source *src, const char *what, size_t max_items, si
     m_setup(&r, src, what, max_items);
     for (r.step = 1; r.step <= max_ops && !src->exhausted; r.step++) {
         uint64_t op = m_below(src, 100);
-        if (op < 32)
-            m_op_schedule(&r);
-        else if (op < 40)
-            m_op_schedule_periodic(&r);
+        if (op < 40)
+            m_op_schedule(&r, op >= 32);
         else if (op < 55)
             m_op_cancel(&r);
         else if (op < 62)
