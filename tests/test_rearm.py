@@ -192,9 +192,11 @@ def test_reset_races_expiry_and_cancel_from_several_threads(make_timer) -> None:
                     last_true = t.deadline
             mine.append((t, last_true, cancelled))
         for t, _, _ in mine:
-            if not wait_for(lambda t=t: t.is_expired() or t.is_cancelled()):
+            # expired is set when it falls due; its run follows on the
+            # dispatch thread
+            if not wait_for(lambda t=t: t.is_cancelled() or (t.is_expired() and id(t) in runs)):
                 errors.append(f"{t!r} neither ran nor was cancelled")
-        time.sleep(0.05)
+        time.sleep(0.05)  # a second run, if there were one, would show
         with lock:
             for t, last_true, cancelled in mine:
                 got = runs.get(id(t), [])
@@ -242,9 +244,10 @@ def test_reset_of_a_call_later_handle() -> None:
 
 
 def test_periodic_runs_on_a_fixed_grid_without_drift(timer) -> None:
+    # burst: every grid point runs, however late a busy machine makes it
     runs = Runs()
     before = time.monotonic()
-    p = timer.new_periodic(runs, 0.02)
+    p = timer.new_periodic(runs, 0.02, missed="burst")
     after = time.monotonic()
     first = p.deadline
     assert before + 0.02 - EPS <= first <= after + 0.02 + EPS
@@ -255,6 +258,19 @@ def test_periodic_runs_on_a_fixed_grid_without_drift(timer) -> None:
         assert grid(first, 0.02, d) == pytest.approx(k, abs=1e-6)  # no drift
     assert not p.is_expired()
     assert runs.max_active == 1
+
+
+def test_skipping_periodic_stays_on_its_grid(timer) -> None:
+    runs = Runs()
+    p = timer.new_periodic(runs, 0.02)
+    first = p.deadline
+    assert runs.wait(10)
+    p.cancel()
+    runs.check_never_early()
+    ks = [grid(first, 0.02, d) for d in runs.deadlines]
+    assert ks[0] == pytest.approx(0, abs=1e-6)
+    for a, b in zip(ks, ks[1:]):
+        assert b == pytest.approx(round(b), abs=1e-6) and round(b) > round(a)
 
 
 def test_periodic_delay_and_deadline_of_next_run(timer) -> None:
@@ -401,7 +417,7 @@ def test_periodic_runs_never_overlap_with_an_executor(make_timer) -> None:
 
 def test_reset_of_a_periodic_moves_the_next_run_and_the_grid(timer) -> None:
     runs = Runs()
-    p = timer.new_periodic(runs, 0.02)
+    p = timer.new_periodic(runs, 0.02, missed="burst")
     assert runs.wait(2)
     assert p.reset(0.2)
     moved = p.deadline
@@ -451,12 +467,13 @@ def test_missed_skip_keeps_the_grid_and_drops_missed_runs(timer) -> None:
     ks = [grid(first, P, d) for d in runs.deadlines]
     for k in ks:
         assert k == pytest.approx(round(k), abs=1e-6)  # all on the grid
-    assert ks[:2] == pytest.approx([0, 1], abs=1e-6)
-    # the next is the first grid point after run 1 ended: k=2, 3, 4 skipped
+    assert ks[0] == pytest.approx(0, abs=1e-6)
+    # the next is the first grid point after run 1 ended: the 3 or more
+    # points it overran are skipped
     assert runs.deadlines[2] > runs.ends[1]
     assert runs.deadlines[2] - P <= runs.ends[1] + EPS
-    assert round(ks[2]) >= 5
-    assert ks[3] == pytest.approx(ks[2] + 1, abs=1e-6)
+    assert round(ks[2]) >= round(ks[1]) + 4
+    assert round(ks[3]) > round(ks[2])
 
 
 def test_missed_delay_runs_once_now_and_restarts_the_grid(timer) -> None:
@@ -465,8 +482,8 @@ def test_missed_delay_runs_once_now_and_restarts_the_grid(timer) -> None:
     assert runs.starts[2] - runs.ends[1] < 0.5
     assert runs.deadlines[2] <= runs.ends[1] + 0.02
     # then the grid restarts from that run's start
-    assert runs.deadlines[3] == pytest.approx(runs.starts[2] + P, abs=0.01)
-    assert runs.deadlines[4] == pytest.approx(runs.deadlines[3] + P, abs=1e-6)
+    assert runs.deadlines[3] == pytest.approx(runs.starts[2] + P, abs=0.02)
+    assert runs.deadlines[4] >= runs.deadlines[3] + P - EPS
 
 
 def test_missed_burst_runs_every_missed_deadline_back_to_back(timer) -> None:
@@ -475,7 +492,7 @@ def test_missed_burst_runs_every_missed_deadline_back_to_back(timer) -> None:
     assert ks[:6] == pytest.approx([0, 1, 2, 3, 4, 5], abs=1e-6)  # none dropped
     # the missed ones (2, 3, 4) start back to back after run 1
     for j in (2, 3, 4):
-        assert runs.starts[j] - runs.ends[j - 1] < 0.2
+        assert runs.starts[j] - runs.ends[j - 1] < 0.5
         assert runs.starts[j] >= runs.ends[1] - EPS
 
 
