@@ -857,8 +857,16 @@ static void timer_dealloc(TimerObject *self)
     if (self->weakreflist)
         PyObject_ClearWeakRefs((PyObject *)self);
     live_remove(self);
-    if (self->loop_sinks)
+    if (self->loop_sinks) {
+        /* Closing the sinks asks their loops is_closed(), and clears what
+           fails: keep the exception being raised, if any.  A dealloc may
+           run while one is: on 3.9 a coroutine's locals go after its
+           return value was set as StopIteration. */
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
         hwtimer_loop_sinks_close(self->loop_sinks);
+        PyErr_Restore(type, value, tb);
+    }
     timer_clear(self);
     Py_CLEAR(self->dispatcher);
     Py_CLEAR(self->name);
