@@ -5,13 +5,14 @@ from asyncio import AbstractEventLoop
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from types import TracebackType
-from typing import Any, Protocol, SupportsFloat, SupportsIndex, final
+from typing import Any, Literal, Protocol, SupportsFloat, SupportsIndex, final
 
 from typing_extensions import disjoint_base
 
 from ._stats import Stats
 
 _Seconds = float | SupportsFloat | SupportsIndex | timedelta
+_Missed = Literal["skip", "delay", "burst"]
 
 class _Executor(Protocol):
     def submit(self, fn: Callable[..., Any], /, *args: Any) -> Any: ...
@@ -27,6 +28,7 @@ class Timeout:
     @property
     def deadline(self) -> float: ...
     def cancel(self) -> bool: ...
+    def reset(self, delay: _Seconds, /) -> bool: ...
     def is_cancelled(self) -> bool: ...
     def is_expired(self) -> bool: ...
 
@@ -60,6 +62,26 @@ class HashedWheelTimer:
         *args: Any,
         loop: AbstractEventLoop | None = None,
         context: contextvars.Context | None = None,
+    ) -> Timeout: ...
+    def new_periodic(
+        self,
+        /,
+        task: Callable[[Timeout], object],
+        period: _Seconds,
+        *,
+        delay: _Seconds | None = None,
+        missed: _Missed = "skip",
+    ) -> Timeout: ...
+    def call_every(
+        self,
+        period: _Seconds,
+        callback: Callable[..., object],
+        /,
+        *args: Any,
+        loop: AbstractEventLoop | None = None,
+        context: contextvars.Context | None = None,
+        delay: _Seconds | None = None,
+        missed: _Missed = "skip",
     ) -> Timeout: ...
     def pending_timeouts(self) -> int: ...
     def stats(self) -> Stats: ...

@@ -65,9 +65,13 @@ struct TimerObject {
     uint64_t task_errors;
     TimerObject *live_next, *live_prev; /* in state->live while running */
     bool live;
+    /* owned list, or NULL: periodic timeouts whose run ended after stop()
+       swept the wheel, for stop() to return */
+    PyObject *stopped_periodic;
+    bool stop_collected; /* stop() has returned its list */
 };
 
-/* A Timeout: 80 bytes with CPython's GC header, the C node included.  It
+/* A Timeout: 88 bytes with CPython's GC header, the C node included.  It
    holds one reference to its timer, reached as node.sink->owner.  While
    pending it is not tracked by the cyclic GC: the wheel owns a reference to
    it, so it cannot be garbage, and a million of them cost a collection
@@ -117,7 +121,7 @@ typedef struct {
     PyObject *name;          /* owned str */
 } DispatchObject;
 
-#define TIMEOUT_OF(n) ((TimeoutObject *)((char *)(n)-offsetof(TimeoutObject, node)))
+#define TIMEOUT_OF(n) ((TimeoutObject *)((char *)(n) - offsetof(TimeoutObject, node)))
 #define TIMER_OF(to)  ((TimerObject *)(to)->node.sink->owner)
 
 /* The timer whose task runs on this thread now, for stop()'s check. */
@@ -153,22 +157,30 @@ extern PyType_Spec hwtimer_loop_timeout_spec;
    holding `task` and a reference to `timer`; a subtype's own fields are
    zeroed for the caller to fill before it schedules.  NULL on failure. */
 PyObject *hwtimer_timeout_new(TimerObject *timer, PyTypeObject *tp, hwt_sink *sink, PyObject *task);
-/* Schedules `obj` from hwtimer_timeout_new, giving the wheel a reference.
-   Returns 0, or -1 with RejectedExecutionError or RuntimeError; the
-   caller keeps its own reference either way. */
-int hwtimer_timeout_submit(TimerObject *timer, PyObject *obj, int64_t delay_ns);
+/* Schedules `obj` from hwtimer_timeout_new, giving the wheel a reference;
+   periodic when period_ns > 0 (missed: HWT_MISSED_*).  Returns 0, or -1
+   with RejectedExecutionError or RuntimeError; the caller keeps its own
+   reference either way. */
+int hwtimer_timeout_submit(TimerObject *timer, PyObject *obj, int64_t delay_ns, int64_t period_ns,
+                           int missed);
 /* Hands back the wheel's reference to a timeout the core returned: tracks
    it for the cyclic GC and returns it (a new reference, the wheel's). */
 PyObject *hwtimer_timeout_from_node(hwt_timeout *node);
 /* Drops the wheel's references to a chain of nodes (link.next). */
 void hwtimer_release_chain(hwt_timeout *node);
-/* Runs a new_timeout task that this thread began to handle at clock time
-   `start` (or submits it to the executor).  Returns the clock time when it
-   is done, so a batch reads the clock once per task.  Never fails: errors
-   are logged. */
-int64_t hwtimer_run_task(TimerObject *timer, TimeoutObject *to, int64_t start);
-/* Runs the task now, on this thread; the same contract. */
-int64_t hwtimer_call_task(TimerObject *timer, TimeoutObject *to, int64_t start);
+/* The timer's clock in ns: the one reading every consumer takes. */
+int64_t hwtimer_clock_ns(TimerObject *timer);
+/* The task runner: runs the task of a delivered timeout on this thread,
+   begun at clock time *now (set to when it is done, so a batch reads the
+   clock once per task), records lateness and task time, reports a failure
+   and re-arms a periodic timeout (running its missed runs back to back
+   when its policy says so).  Returns 0, or -1 with KeyboardInterrupt or
+   SystemExit set from a call_later callback; other errors are reported. */
+int hwtimer_run_timeout(TimerObject *timer, TimeoutObject *to, int64_t *now);
+/* The dispatch thread's: runs a new_timeout task begun at `now` with the
+   runner, or submits it to the executor.  Returns the clock time when it
+   is done.  Never fails. */
+int64_t hwtimer_dispatch_timeout(TimerObject *timer, TimeoutObject *to, int64_t now);
 double hwtimer_deadline_seconds(TimeoutObject *to);
 
 /* timer.c */
@@ -181,6 +193,9 @@ PyObject *hwtimer_timer_stop(TimerObject *timer);
    copy of the current one).  Returns a new LoopTimeout or NULL. */
 PyObject *hwtimer_call_later(TimerObject *self, int64_t delay, PyObject *callback, PyObject *args,
                              PyObject *loop, PyObject *context);
+/* The same, then every period_ns (> 0) with policy `missed`. */
+PyObject *hwtimer_call_every(TimerObject *self, int64_t delay, int64_t period_ns, int missed,
+                             PyObject *callback, PyObject *args, PyObject *loop, PyObject *context);
 /* Returns the running event loop (new reference), or NULL with
    RuntimeError when there is none. */
 PyObject *hwtimer_running_loop(hwtimer_state *st);
@@ -221,5 +236,11 @@ void hwtimer_loop_sink_track(LoopTimeoutObject *to);
 void hwtimer_loop_sink_untrack(LoopTimeoutObject *to);
 /* Closes every sink in the list (of a timer going away). */
 void hwtimer_loop_sinks_close(PyObject *sinks);
+/* Calls a call_later callback once in its context.  Returns 0, or -1 with
+   the exception it raised. */
+int hwtimer_loop_call(LoopTimeoutObject *to);
+/* Reports the exception set as asyncio reports a failed handle.  Returns
+   -1, leaving it set, for KeyboardInterrupt and SystemExit; else 0. */
+int hwtimer_loop_report(LoopTimeoutObject *to);
 
 #endif /* HWTIMER_BINDING_H */

@@ -50,8 +50,13 @@ enum { CANCEL_WAKE_NONE = 0, CANCEL_WAKE_AT_BATCH = 1, CANCEL_WAKE_AT_FIRST = 2 
    costs it a wake-up a second rather than two per timeout. */
 #define LINGER_NS INT64_C(1000000000)
 
-/* timeout->flags, the worker's own */
-#define CANCEL_SEEN 1u /* its cancel was processed before it left the queue */
+/* timeout->flags */
+#define CANCEL_SEEN  1u /* the worker's: its cancel was processed before it left the queue */
+#define MISSED_SHIFT 4  /* a periodic's HWT_MISSED_* policy, set at schedule */
+#define MISSED_MASK  0x30u
+
+/* A reset's entry in the cancel vector: the node's address with this bit. */
+#define RESET_TAG ((uintptr_t)1)
 
 /* futex word of the worker */
 enum { AWAKE = 0, SLEEPING = 1, WOKEN = 2 };
@@ -102,6 +107,8 @@ struct hwt_timer {
     /* written by the worker only (release), read by stats() (acquire) */
     _Atomic uint64_t expired, cancelled, ticks, wakeups, max_expired;
     _Atomic int64_t tick_seen;
+    /* periodic timeouts ended by their consumers, any thread (fetch_add) */
+    _Atomic uint64_t expired_out, cancelled_out;
 
     /* held by the worker while it processes, so fork() sees a quiet wheel */
     pthread_mutex_t lock;
@@ -297,6 +304,14 @@ static inline void bucket_unlink(hwt_timer *t, hwt_timeout *to)
     l->next = NULL;
 }
 
+/* Links `to` into the bucket of its deadline's tick, never into the past. */
+static void wheel_insert(hwt_timer *t, hwt_timeout *to)
+{
+    int64_t calc = hwt_timeout_deadline(to) / t->cfg.tick_ns;
+    int64_t ticks = calc > t->tick ? calc : t->tick;
+    bucket_append(t, (uint32_t)ticks & t->mask, to);
+}
+
 /* ---- delivery to sinks (worker side) ---- */
 
 static void deliver(hwt_timer *t, hwt_timeout *to, hwt_sink *s)
@@ -381,6 +396,8 @@ static void publish_batches(hwt_timer *t)
         /* a closed sink's consumer is gone: they are released instead */
         for (hwt_timeout *to = publish_batch(s), *n; to; to = n) {
             n = hwt_timeout_of(to->link.next);
+            if (to->period)
+                hwt_timeout_finish(to, HWT_CANCELLED); /* it will not run again */
             deliver(t, to, &t->released);
         }
         s = next;
@@ -417,22 +434,47 @@ static void process_cancel(hwt_timer *t, hwt_timeout *to)
     }
 }
 
+/* Relinks a reset timeout at its new deadline.  Under cancel_lock, so that
+   no reset moves the deadline between the read and the relink.  One that
+   was cancelled since has its own cancel entry; one not yet in a bucket is
+   put where its deadline says when it is transferred. */
+static void process_reset(hwt_timer *t, hwt_timeout *to)
+{
+    uint32_t expect = HWT_RESET;
+    if (atomic_load_explicit(&to->state, memory_order_relaxed) != HWT_RESET)
+        return;
+    if (to->link.prev) {
+        bucket_unlink(t, to);
+        wheel_insert(t, to);
+    }
+    atomic_compare_exchange_strong(&to->state, &expect, HWT_INIT);
+}
+
+/* Processes the queued resets (relinked under the lock) and cancels. */
 static void process_cancels(hwt_timer *t)
 {
     pthread_mutex_lock(&t->cancel_lock);
-    size_t n = t->ncancels;
+    size_t n = t->ncancels, ncancels = 0;
     hwt_timeout **v = t->cancels;
     size_t cap = t->cancels_cap;
+    for (size_t i = 0; i < n; i++) {
+        if ((uintptr_t)v[i] & RESET_TAG)
+            process_reset(t, (hwt_timeout *)((uintptr_t)v[i] & ~RESET_TAG));
+    }
     t->cancels = t->cancels_spare;
     t->cancels_cap = t->spare_cap;
     t->ncancels = 0;
     pthread_mutex_unlock(&t->cancel_lock);
-    for (size_t i = 0; i < n; i++)
-        process_cancel(t, v[i]);
-    if (n) {
-        count(&t->cancelled, n);
-        t->worked = true;
+    for (size_t i = 0; i < n; i++) {
+        if (!((uintptr_t)v[i] & RESET_TAG)) {
+            process_cancel(t, v[i]);
+            ncancels++;
+        }
     }
+    if (ncancels)
+        count(&t->cancelled, ncancels);
+    if (n)
+        t->worked = true;
     t->cancels_spare = v;
     t->spare_cap = cap;
 }
@@ -484,9 +526,7 @@ static void transfer(hwt_timer *t, size_t limit)
             release_cancelled(t, to);
             continue;
         }
-        int64_t calc = to->deadline / t->cfg.tick_ns;
-        int64_t ticks = calc > t->tick ? calc : t->tick; /* never into the past */
-        bucket_append(t, (uint32_t)ticks & t->mask, to);
+        wheel_insert(t, to);
     }
 }
 
@@ -496,17 +536,21 @@ static void expire_bucket(hwt_timer *t, int64_t tick)
     uint32_t b = (uint32_t)tick & t->mask;
     int64_t tick_end = (tick + 1) * t->cfg.tick_ns;
     hwt_link *head = &t->buckets[b];
-    uint64_t n = 0;
+    uint64_t n = 0, once = 0;
     if (!head->next)
         return; /* never used */
     for (hwt_link *l = head->next; l != head;) {
         hwt_timeout *to = hwt_timeout_of(l);
         l = l->next;
-        if (to->deadline >= tick_end)
+        if (hwt_timeout_deadline(to) >= tick_end)
             continue; /* remaining rounds > 0: a later turn of the wheel */
+        /* a periodic one runs and comes back (hwt_timeout_rearm): it
+           counts as expired only when it ends */
         uint32_t expect = HWT_INIT;
-        if (!atomic_compare_exchange_strong(&to->state, &expect, HWT_EXPIRED))
-            continue; /* cancelled: its queued cancel unlinks it */
+        if (!atomic_compare_exchange_strong(&to->state, &expect,
+                                            to->period ? HWT_RUNNING : HWT_EXPIRED))
+            continue; /* cancelled, or reset: its queued entry relinks it */
+        once += !to->period;
         bucket_unlink(t, to);
         deliver(t, to, to->sink ? to->sink : &t->dflt);
         if (++n % EXPIRE_SLICE == 0)
@@ -514,7 +558,7 @@ static void expire_bucket(hwt_timer *t, int64_t tick)
     }
     if (n) {
         t->worked = true;
-        count(&t->expired, n);
+        count(&t->expired, once);
         if (n > atomic_load_explicit(&t->max_expired, memory_order_relaxed))
             atomic_store_explicit(&t->max_expired, n, memory_order_relaxed);
     }
@@ -825,22 +869,47 @@ hwt_timeout *hwt_timer_take_released(hwt_timer *t)
 static int64_t pending_of(hwt_timer *t, uint64_t scheduled)
 {
     uint64_t done = atomic_load_explicit(&t->expired, memory_order_acquire) +
-                    atomic_load_explicit(&t->cancelled, memory_order_acquire);
+                    atomic_load_explicit(&t->cancelled, memory_order_acquire) +
+                    atomic_load(&t->expired_out) + atomic_load(&t->cancelled_out);
     if (!scheduled)
         scheduled = atomic_load_explicit(&t->scheduled, memory_order_relaxed);
     return scheduled > done ? (int64_t)(scheduled - done) : 0;
 }
 
+/* `delay_ns` after `now` (both ns), as schedule and reset read a delay. */
+static int64_t deadline_after(int64_t now, int64_t delay_ns)
+{
+    return delay_ns <= 0 ? now : delay_ns >= HWT_NEVER - now ? HWT_NEVER : now + delay_ns;
+}
+
+/* Pushes `to` onto the producers' stack.  Returns false once stop() has
+   closed it. */
+static bool push_new(hwt_timer *t, hwt_timeout *to)
+{
+    hwt_timeout *head = atomic_load_explicit(&t->new_head, memory_order_relaxed);
+    do {
+        if (head == CLOSED)
+            return false;
+        to->link.next = head ? &head->link : NULL;
+    } while (!atomic_compare_exchange_weak(&t->new_head, &head, to));
+    return true;
+}
+
 int hwt_timer_schedule(hwt_timer *t, hwt_timeout *to, int64_t delay_ns)
 {
-    int64_t now = now_rel(t);
-    int64_t deadline = delay_ns <= 0                 ? now
-                       : delay_ns >= HWT_NEVER - now ? HWT_NEVER
-                                                     : now + delay_ns;
-    to->deadline = deadline;
-    to->flags = 0;
+    return hwt_timer_schedule_periodic(t, to, delay_ns, 0, HWT_MISSED_SKIP);
+}
+
+int hwt_timer_schedule_periodic(hwt_timer *t, hwt_timeout *to, int64_t delay_ns, int64_t period_ns,
+                                int missed)
+{
+    int64_t deadline = deadline_after(now_rel(t), delay_ns);
+    atomic_store_explicit(&to->deadline, deadline, memory_order_relaxed);
+    to->period = period_ns > 0 ? period_ns : 0;
+    to->flags = to->period ? ((uint32_t)missed << MISSED_SHIFT) & MISSED_MASK : 0;
     to->link.prev = NULL;
-    atomic_store_explicit(&to->state, HWT_INIT, memory_order_relaxed);
+    /* release: a cancel or reset that sees INIT sees the fields above */
+    atomic_store_explicit(&to->state, HWT_INIT, memory_order_release);
     if (t->state != T_STARTED || t->orphaned)
         return HWT_ESTOPPED;
     uint64_t scheduled = atomic_fetch_add_explicit(&t->scheduled, 1, memory_order_relaxed) + 1;
@@ -849,44 +918,69 @@ int hwt_timer_schedule(hwt_timer *t, hwt_timeout *to, int64_t delay_ns)
         atomic_fetch_add_explicit(&t->rejected, 1, memory_order_relaxed);
         return HWT_EREJECTED;
     }
-    hwt_timeout *head = atomic_load_explicit(&t->new_head, memory_order_relaxed);
-    do {
-        if (head == CLOSED) {
-            atomic_fetch_sub_explicit(&t->scheduled, 1, memory_order_relaxed);
-            return HWT_ESTOPPED;
-        }
-        to->link.next = head ? &head->link : NULL;
-    } while (!atomic_compare_exchange_weak(&t->new_head, &head, to));
+    if (!push_new(t, to)) {
+        atomic_fetch_sub_explicit(&t->scheduled, 1, memory_order_relaxed);
+        return HWT_ESTOPPED;
+    }
     if (deadline < atomic_load(&t->wake_limit) ||
         scheduled == atomic_load_explicit(&t->transfer_wake_at, memory_order_relaxed))
         wake_worker(t);
     return HWT_OK;
 }
 
+/* Makes room for one more entry in the cancel vector (none needed once
+   stop() closed it).  Returns false (ENOMEM) if there is none.  Called
+   with cancel_lock held. */
+static bool cancel_room(hwt_timer *t)
+{
+    if (t->cancel_closed || t->ncancels < t->cancels_cap)
+        return true;
+    size_t cap = t->cancels_cap ? t->cancels_cap * 2 : 64;
+    hwt_timeout **v = realloc(t->cancels, cap * sizeof(*v));
+    if (!v)
+        return false;
+    t->cancels = v;
+    t->cancels_cap = cap;
+    return true;
+}
+
+/* Whether `state` is a final one. */
+static inline bool is_final(uint32_t state)
+{
+    return state == HWT_CANCELLED || state == HWT_EXPIRED;
+}
+
+/* CASes `to` from whichever live state it is in to CANCELLED.  Returns the
+   state it was cancelled from, or a final state if it had one already.
+   Called with cancel_lock held: then only expiry races it. */
+static uint32_t cancel_live(hwt_timeout *to)
+{
+    uint32_t s = atomic_load(&to->state);
+    while (!is_final(s) && !atomic_compare_exchange_weak(&to->state, &s, HWT_CANCELLED))
+        ;
+    return s;
+}
+
 int hwt_timeout_cancel(hwt_timeout *to)
 {
     hwt_timer *t = to->sink->timer;
-    if (atomic_load_explicit(&to->state, memory_order_relaxed) != HWT_INIT)
+    if (is_final(atomic_load_explicit(&to->state, memory_order_relaxed)))
         return 0;
     pthread_mutex_lock(&t->cancel_lock);
-    if (!t->cancel_closed && t->ncancels == t->cancels_cap) {
-        /* room first: once cancelled, it must be queued */
-        size_t cap = t->cancels_cap ? t->cancels_cap * 2 : 64;
-        hwt_timeout **v = realloc(t->cancels, cap * sizeof(*v));
-        if (!v) {
-            pthread_mutex_unlock(&t->cancel_lock);
-            return -1;
-        }
-        t->cancels = v;
-        t->cancels_cap = cap;
+    /* room first: once cancelled, it must be queued */
+    if (!cancel_room(t)) {
+        pthread_mutex_unlock(&t->cancel_lock);
+        return -1;
     }
-    uint32_t expect = HWT_INIT;
-    if (!atomic_compare_exchange_strong(&to->state, &expect, HWT_CANCELLED)) {
+    uint32_t was = cancel_live(to);
+    if (is_final(was)) {
         pthread_mutex_unlock(&t->cancel_lock);
         return 0;
     }
-    if (t->cancel_closed) {
-        /* stopped: stop()'s sweep finds it cancelled and releases it */
+    if (t->cancel_closed || was == HWT_RUNNING || was == HWT_RUNNING_RESET) {
+        /* Stopped: stop()'s sweep finds it cancelled and releases it.  Or
+           off the wheel in its run: its re-arm finds it cancelled, and
+           counts it. */
         pthread_mutex_unlock(&t->cancel_lock);
         return 1;
     }
@@ -902,6 +996,155 @@ int hwt_timeout_cancel(hwt_timeout *to)
     return 1;
 }
 
+/* ---- re-arming: reset and periodic timeouts ---- */
+
+/* Sets the deadline; called with cancel_lock held, in a state where the
+   worker does not relink by it. */
+static inline void set_deadline(hwt_timeout *to, int64_t deadline)
+{
+    atomic_store_explicit(&to->deadline, deadline, memory_order_relaxed);
+}
+
+/* Wakes the worker if it sleeps past `deadline`. */
+static void wake_for(hwt_timer *t, int64_t deadline)
+{
+    if (deadline < atomic_load(&t->wake_limit))
+        wake_worker(t);
+}
+
+/* Re-arms `to` at `deadline`, under cancel_lock.
+   Returns 1 (re-armed), 0 (final: nothing changed), or -1 (ENOMEM); sets
+   *queued when the worker must relink it. */
+static int reset_locked(hwt_timer *t, hwt_timeout *to, int64_t deadline, bool *queued)
+{
+    uint32_t s = atomic_load(&to->state);
+    for (;;) {
+        uint32_t next;
+        switch (s) {
+        case HWT_INIT: /* on the wheel: the worker relinks it */
+            next = HWT_RESET;
+            break;
+        case HWT_RUNNING: /* in its run: re-arm takes this deadline */
+            next = HWT_RUNNING_RESET;
+            break;
+        case HWT_RESET:
+        case HWT_RUNNING_RESET: /* moved already, and not yet relinked */
+            set_deadline(to, deadline);
+            return 1;
+        default:
+            return 0;
+        }
+        if (s == HWT_INIT && !cancel_room(t))
+            return -1;
+        /* only expiry (INIT -> EXPIRED or RUNNING) changes it unlocked */
+        if (atomic_compare_exchange_strong(&to->state, &s, next))
+            break;
+    }
+    set_deadline(to, deadline);
+    if (s == HWT_INIT) {
+        t->cancels[t->ncancels++] = (hwt_timeout *)((uintptr_t)to | RESET_TAG);
+        *queued = true;
+    }
+    return 1;
+}
+
+int hwt_timeout_reset(hwt_timeout *to, int64_t delay_ns)
+{
+    hwt_timer *t = to->sink->timer;
+    if (is_final(atomic_load_explicit(&to->state, memory_order_relaxed)))
+        return 0;
+    int64_t deadline = deadline_after(now_rel(t), delay_ns);
+    bool queued = false;
+    pthread_mutex_lock(&t->cancel_lock);
+    /* once stop() has closed the queue, what it sweeps is not pending */
+    int r = t->cancel_closed ? 0 : reset_locked(t, to, deadline, &queued);
+    pthread_mutex_unlock(&t->cancel_lock);
+    if (queued)
+        wake_for(t, deadline);
+    return r;
+}
+
+/* a + b for b >= 0, saturating at HWT_NEVER. */
+static inline int64_t add_sat(int64_t a, int64_t b)
+{
+    return a >= HWT_NEVER - b ? HWT_NEVER : a + b;
+}
+
+int64_t hwt_periodic_next(int64_t deadline, int64_t period, int missed, int64_t start, int64_t end,
+                          bool *again)
+{
+    int64_t next = add_sat(deadline, period);
+    *again = false;
+    switch (missed) {
+    case HWT_MISSED_BURST: /* every grid point, the missed ones back to back */
+        *again = next <= end;
+        return next;
+    case HWT_MISSED_DELAY:
+        /* a run late by a period is the one "now": the grid restarts from
+           its start; one that overran the next point is followed by one
+           now, which starts the new grid (its deadline is its start) */
+        if (start - deadline >= period)
+            next = add_sat(start, period);
+        *again = next <= end;
+        return *again ? end : next;
+    default: /* skip: the first grid point after the run ended */
+        if (next > end)
+            return next;
+        return add_sat(end - (end - deadline) % period, period);
+    }
+}
+
+/* Counts a periodic timeout that its consumer ended. */
+static void count_out(hwt_timer *t, uint32_t final)
+{
+    atomic_fetch_add(final == HWT_EXPIRED ? &t->expired_out : &t->cancelled_out, 1);
+}
+
+int hwt_timeout_rearm(hwt_timeout *to, int64_t start, int64_t end)
+{
+    hwt_timer *t = to->sink->timer;
+    start -= t->start_time;
+    end -= t->start_time;
+    pthread_mutex_lock(&t->cancel_lock);
+    uint32_t s = atomic_load(&to->state);
+    int r = HWT_OK;
+    if (s == HWT_CANCELLED || t->cancel_closed) {
+        /* a cancel during the run, or stop(), which did not see it */
+        atomic_store(&to->state, HWT_CANCELLED);
+        r = s == HWT_CANCELLED ? HWT_ECANCELLED : HWT_ESTOPPED;
+        count_out(t, HWT_CANCELLED);
+    } else if (s == HWT_RUNNING) {
+        bool again;
+        int missed = (int)((to->flags & MISSED_MASK) >> MISSED_SHIFT);
+        set_deadline(to, hwt_periodic_next(hwt_timeout_deadline(to), to->period, missed, start, end,
+                                           &again));
+        r = again ? HWT_EAGAIN : HWT_OK;
+    } /* RUNNING_RESET: the reset set the next deadline */
+    if (r == HWT_OK) {
+        /* pushed under the lock: stop() closes the stack only after it
+           has set cancel_closed, so it is open, and stop() will sweep it */
+        to->link.prev = NULL;
+        atomic_store(&to->state, HWT_INIT);
+        push_new(t, to);
+    }
+    pthread_mutex_unlock(&t->cancel_lock);
+    if (r == HWT_OK)
+        wake_for(t, hwt_timeout_deadline(to));
+    return r;
+}
+
+uint32_t hwt_timeout_finish(hwt_timeout *to, uint32_t final)
+{
+    hwt_timer *t = to->sink->timer;
+    pthread_mutex_lock(&t->cancel_lock);
+    uint32_t s = atomic_load(&to->state);
+    if (s != HWT_CANCELLED)
+        atomic_store(&to->state, s = final);
+    pthread_mutex_unlock(&t->cancel_lock);
+    count_out(t, s);
+    return s;
+}
+
 int64_t hwt_timer_pending(hwt_timer *t)
 {
     return pending_of(t, 0);
@@ -909,8 +1152,10 @@ int64_t hwt_timer_pending(hwt_timer *t)
 
 void hwt_timer_stats(hwt_timer *t, hwt_stats *out)
 {
-    out->expired = atomic_load_explicit(&t->expired, memory_order_acquire);
-    out->cancelled = atomic_load_explicit(&t->cancelled, memory_order_acquire);
+    out->expired =
+        atomic_load_explicit(&t->expired, memory_order_acquire) + atomic_load(&t->expired_out);
+    out->cancelled =
+        atomic_load_explicit(&t->cancelled, memory_order_acquire) + atomic_load(&t->cancelled_out);
     out->scheduled = atomic_load_explicit(&t->scheduled, memory_order_relaxed);
     out->pending = out->scheduled > out->expired + out->cancelled
                        ? (int64_t)(out->scheduled - out->expired - out->cancelled)
@@ -1048,6 +1293,11 @@ hwt_timeout *hwt_sink_close(hwt_sink *s)
     hwt_timeout *list = s->head;
     s->head = s->tail = NULL;
     pthread_mutex_unlock(&s->lock);
+    /* periodic ones delivered here will not run again: they end now */
+    for (hwt_timeout *to = list; to; to = hwt_timeout_of(to->link.next)) {
+        if (to->period)
+            hwt_timeout_finish(to, HWT_CANCELLED);
+    }
     return list;
 }
 

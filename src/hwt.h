@@ -9,7 +9,13 @@
  * released list that any thread may take.  The core never allocates a
  * timeout: the embedder embeds `hwt_timeout` in its own objects.
  *
- * Threads: schedule, cancel and the sink calls are safe from any thread.
+ * A timeout is re-armed in place: a reset moves a pending one to a new
+ * deadline (the worker relinks the same node), and a periodic one comes back
+ * to the wheel after each run at the next point of its grid, so neither
+ * allocates and neither drifts.
+ *
+ * Threads: schedule, cancel, reset, re-arm and the sink calls are safe from
+ * any thread.
  * Everything else about a timer (start, stop, advance, free) is called by
  * one thread at a time.
  */
@@ -34,19 +40,49 @@ typedef struct hwt_link {
     struct hwt_link *prev; /* NULL while the timeout is not in a bucket */
 } hwt_link;
 
-/* A timeout moves INIT -> CANCELLED or INIT -> EXPIRED, once, by CAS. */
-enum { HWT_INIT = 0, HWT_CANCELLED = 1, HWT_EXPIRED = 2 };
+/* States, changed only by CAS (those of a pending timeout under the
+   timer's cancel lock as well), so that cancel, reset and expiry exclude
+   each other.  CANCELLED and EXPIRED are final.
+     INIT     on the wheel (or queued for it)
+     RESET    on the wheel, a reset queued for the worker to relink it;
+              never expired in this state, so never at the old deadline
+     RUNNING  periodic: delivered, its run about to start or going; off the
+              wheel until hwt_timeout_rearm() puts it back
+     RUNNING_RESET  the same, with a reset already fixing the next deadline
+   INIT -> RESET -> INIT (the worker), INIT -> EXPIRED (one-shot expiry),
+   INIT -> RUNNING -> INIT (periodic expiry, then re-arm), any but EXPIRED ->
+   CANCELLED, RUNNING -> EXPIRED (the run ended it). */
+enum {
+    HWT_INIT = 0,
+    HWT_CANCELLED = 1,
+    HWT_EXPIRED = 2,
+    HWT_RESET = 3,
+    HWT_RUNNING = 4,
+    HWT_RUNNING_RESET = 5,
+};
 
-/* Embedded in the embedder's object; 40 bytes on 64-bit platforms. */
+/* What a periodic timeout does with runs it missed (its `flags`). */
+enum { HWT_MISSED_SKIP = 0, HWT_MISSED_DELAY = 1, HWT_MISSED_BURST = 2 };
+
+/* Embedded in the embedder's object; 48 bytes on 64-bit platforms. */
 typedef struct hwt_timeout {
     /* In a bucket: the bucket's list.  Queued or delivered: `link.next`
        chains the queue or the batch (cast back with hwt_timeout_of). */
     hwt_link link;
-    int64_t deadline;       /* ns since the timer's start; HWT_NEVER saturates */
-    _Atomic uint32_t state; /* HWT_INIT, HWT_CANCELLED, HWT_EXPIRED */
-    uint32_t flags;         /* the worker's own bookkeeping */
+    /* ns since the timer's start; HWT_NEVER saturates.  Written by
+       schedule, reset and re-arm, read by the worker: use the accessor. */
+    _Atomic int64_t deadline;
+    int64_t period;         /* > 0: periodic, ns between runs; 0: once */
+    _Atomic uint32_t state; /* HWT_INIT ... HWT_RUNNING_RESET */
+    uint32_t flags;         /* the worker's bits, and a periodic's policy */
     hwt_sink *sink;         /* borrowed: where its expiry is delivered */
 } hwt_timeout;
+
+/* The deadline (ns since the timer's start) it is due at now. */
+static inline int64_t hwt_timeout_deadline(const hwt_timeout *to)
+{
+    return atomic_load_explicit(&((hwt_timeout *)to)->deadline, memory_order_relaxed);
+}
 
 #define hwt_timeout_of(l) ((hwt_timeout *)(void *)(l))
 
@@ -73,8 +109,8 @@ typedef struct hwt_stats {
     int64_t tick; /* the wheel's current tick */
 } hwt_stats;
 
-/* Results of hwt_timer_schedule. */
-enum { HWT_OK = 0, HWT_EREJECTED = 1, HWT_ESTOPPED = 2 };
+/* Results of hwt_timer_schedule and hwt_timeout_rearm. */
+enum { HWT_OK = 0, HWT_EREJECTED = 1, HWT_ESTOPPED = 2, HWT_ECANCELLED = 3, HWT_EAGAIN = 4 };
 
 /* Returns the rounded wheel size for n (n > 0), or 0 if it is too large. */
 uint32_t hwt_round_ticks(uint64_t n);
@@ -110,6 +146,46 @@ int64_t hwt_timer_now(const hwt_timer *t);
    On HWT_OK the timer owns `to` until it is delivered or returned by stop;
    `to->deadline` is set either way. */
 int hwt_timer_schedule(hwt_timer *t, hwt_timeout *to, int64_t delay_ns);
+
+/* The same for a periodic timeout: first due `delay_ns` from now, then
+   every `period_ns` (> 0) on that grid, with `missed` (HWT_MISSED_*) for
+   runs it misses.  It expires as HWT_RUNNING, counts once in pending, and
+   its consumer calls hwt_timeout_rearm() or hwt_timeout_finish() after
+   each run. */
+int hwt_timer_schedule_periodic(hwt_timer *t, hwt_timeout *to, int64_t delay_ns, int64_t period_ns,
+                                int missed);
+
+/* Moves a pending timeout's deadline to `delay_ns` from now (the rules of
+   hwt_timer_schedule).  Returns 1 if it was pending and is re-armed (it
+   will not expire before the new deadline, nor at the old one), 0 if it
+   had expired or been cancelled (nothing changed), -1 (ENOMEM, nothing
+   changed) if the reset could not be queued.  On a periodic timeout
+   during its run it moves the next run. */
+int hwt_timeout_reset(hwt_timeout *to, int64_t delay_ns);
+
+/* The next deadline (ns since the timer's start) of a periodic timeout
+   whose run at grid point `deadline` began at `start` and ended at `end`
+   (ns since the timer's start too), by its `missed` policy.  Sets *again
+   when that next run is due already and the policy wants it now (the
+   missed runs of a burst; delay's one run after an overrun, which starts
+   its new grid). */
+int64_t hwt_periodic_next(int64_t deadline, int64_t period, int missed, int64_t start, int64_t end,
+                          bool *again);
+
+/* Ends a periodic timeout's run (state RUNNING or RUNNING_RESET) that
+   began at clock time `start` and ended at `end`.  Returns
+     HWT_OK         back on the wheel at its next deadline (the timer owns it);
+     HWT_EAGAIN     the next run is due now (burst, delay): still RUNNING,
+                    its deadline moved: run it again, then re-arm again;
+     HWT_ECANCELLED cancelled during the run: counted, the caller's;
+     HWT_ESTOPPED   the timer is stopped: now CANCELLED, counted, the
+                    caller's (stop() did not see it: hand it to the user). */
+int hwt_timeout_rearm(hwt_timeout *to, int64_t start, int64_t end);
+
+/* Ends a delivered periodic timeout for good (its task raised: `final`
+   HWT_EXPIRED; it will not run: HWT_CANCELLED), unless a cancel came
+   first, and counts it.  Returns its final state; the caller owns it. */
+uint32_t hwt_timeout_finish(hwt_timeout *to, uint32_t final);
 
 /* Returns 1 if this call cancelled `to`, 0 if it had expired or been
    cancelled already, -1 (ENOMEM, nothing changed) if the cancel could not

@@ -145,34 +145,22 @@ static void report_error(LoopSinkObject *self, PyObject *timeout)
     Py_XDECREF(tb);
 }
 
-/* Runs one expired callback in its context, begun at clock time *now,
-   which it advances to when the callback is done.  Returns 0, or -1 with
-   KeyboardInterrupt or SystemExit set, which stop the loop as in asyncio. */
-static int run_callback(LoopSinkObject *self, LoopTimeoutObject *to, int64_t *now)
+int hwtimer_loop_call(LoopTimeoutObject *to)
 {
-    TimerObject *timer = TIMER_OF(&to->base);
-    int64_t start = *now;
-    if (PyContext_Enter(to->context) < 0) {
-        report_error(self, (PyObject *)to);
-        *now = hwt_monotonic_ns(NULL);
-        return 0;
-    }
+    if (PyContext_Enter(to->context) < 0)
+        return -1;
     PyObject *r = PyObject_Call(to->base.task, to->args, NULL);
-    if (PyContext_Exit(to->context) < 0 && r) {
+    if (PyContext_Exit(to->context) < 0)
         Py_CLEAR(r);
-    }
-    int64_t end = *now = hwt_monotonic_ns(NULL);
-    hwt_timer_record_task(timer->core,
-                          start - (hwt_timer_start_time(timer->core) + to->base.node.deadline),
-                          end - start);
-    if (r) {
-        Py_DECREF(r);
-        return 0;
-    }
-    timer->task_errors++;
+    Py_XDECREF(r);
+    return r ? 0 : -1;
+}
+
+int hwtimer_loop_report(LoopTimeoutObject *to)
+{
     if (PyErr_ExceptionMatches(PyExc_KeyboardInterrupt) || PyErr_ExceptionMatches(PyExc_SystemExit))
         return -1;
-    report_error(self, (PyObject *)to);
+    report_error(to->sink, (PyObject *)to);
     return 0;
 }
 
@@ -197,11 +185,11 @@ static PyObject *sink_run(LoopSinkObject *self, PyObject *unused)
         Py_RETURN_NONE;
     }
     hwt_timeout *node = hwt_sink_take(&self->sink);
-    int64_t now = hwt_monotonic_ns(NULL);
+    int64_t now = node ? hwtimer_clock_ns(TIMER_OF(TIMEOUT_OF(node))) : 0;
     while (node) {
         hwt_timeout *next = hwt_timeout_of(node->link.next);
         LoopTimeoutObject *to = (LoopTimeoutObject *)hwtimer_timeout_from_node(node);
-        int r = run_callback(self, to, &now);
+        int r = hwtimer_run_timeout(TIMER_OF(&to->base), &to->base, &now);
         Py_DECREF(to); /* the wheel's reference */
         if (r < 0) {
             /* the rest run at the loop's next turn, if it has one */

@@ -181,7 +181,9 @@ static PyObject *run_task(PyObject *module, PyObject *arg)
         return NULL;
     }
     TimeoutObject *to = (TimeoutObject *)arg;
-    hwtimer_call_task(TIMER_OF(to), to, hwt_monotonic_ns(NULL));
+    TimerObject *timer = TIMER_OF(to);
+    int64_t now = hwtimer_clock_ns(timer);
+    hwtimer_run_timeout(timer, to, &now);
     Py_RETURN_NONE;
 }
 

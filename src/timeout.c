@@ -1,7 +1,9 @@
 /*
  * timeout.c: hwtimer.Timeout, the handle new_timeout() returns, and its
  * subtype for call_later(), which carries a callback's arguments, context
- * and loop.  Also how a task is run when its timeout expires.
+ * and loop.  Also the one task runner: how every consumer (the dispatch
+ * thread, an executor, a loop) runs an expired timeout and re-arms a
+ * periodic one.
  */
 #include "binding.h"
 
@@ -41,11 +43,12 @@ PyObject *hwtimer_timeout_new(TimerObject *timer, PyTypeObject *tp, hwt_sink *si
     return (PyObject *)to;
 }
 
-int hwtimer_timeout_submit(TimerObject *timer, PyObject *obj, int64_t delay_ns)
+int hwtimer_timeout_submit(TimerObject *timer, PyObject *obj, int64_t delay_ns, int64_t period_ns,
+                           int missed)
 {
     TimeoutObject *to = (TimeoutObject *)obj;
     Py_INCREF(to); /* the wheel's reference */
-    int r = hwt_timer_schedule(timer->core, &to->node, delay_ns);
+    int r = hwt_timer_schedule_periodic(timer->core, &to->node, delay_ns, period_ns, missed);
     if (r == HWT_OK)
         return 0;
     Py_DECREF(to);
@@ -77,9 +80,10 @@ void hwtimer_release_chain(hwt_timeout *node)
 
 double hwtimer_deadline_seconds(TimeoutObject *to)
 {
-    if (to->node.deadline == HWT_NEVER)
+    int64_t deadline = hwt_timeout_deadline(&to->node);
+    if (deadline == HWT_NEVER)
         return Py_HUGE_VAL;
-    int64_t abs_ns = hwt_timer_start_time(to->node.sink->timer) + to->node.deadline;
+    int64_t abs_ns = hwt_timer_start_time(to->node.sink->timer) + deadline;
     /* as time.monotonic() turns its ns into seconds, so the two compare */
     if (abs_ns % 1000000000 == 0)
         return (double)(abs_ns / 1000000000);
@@ -88,33 +92,120 @@ double hwtimer_deadline_seconds(TimeoutObject *to)
 
 /* ---- running a task ---- */
 
-int64_t hwtimer_call_task(TimerObject *timer, TimeoutObject *to, int64_t start)
+int64_t hwtimer_clock_ns(TimerObject *timer)
 {
+    return hwt_timer_now(timer->core);
+}
+
+/* Calls the task once: task(timeout), or a call_later callback in its
+   context.  Returns 0, or -1 with the exception it raised. */
+static int call_once(TimerObject *timer, TimeoutObject *to)
+{
+    if (Py_TYPE(to) == timer->state->loop_timeout_type)
+        return hwtimer_loop_call((LoopTimeoutObject *)to);
     TimerObject *outer = hwtimer_current_task_timer;
     hwtimer_current_task_timer = timer;
     PyObject *r = PyObject_CallOneArg(to->task, (PyObject *)to);
     hwtimer_current_task_timer = outer;
-    if (r) {
-        Py_DECREF(r);
-    } else {
-        timer->task_errors++;
-        hwtimer_log_task_error(timer->state, (PyObject *)to);
-    }
-    int64_t end = hwt_monotonic_ns(NULL);
-    int64_t deadline = hwt_timer_start_time(timer->core) + to->node.deadline;
-    hwt_timer_record_task(timer->core, start - deadline, end - start);
-    return end;
+    Py_XDECREF(r);
+    return r ? 0 : -1;
 }
 
-int64_t hwtimer_run_task(TimerObject *timer, TimeoutObject *to, int64_t start)
+/* Reports the exception a task raised: logged, or handed to a loop's
+   exception handler.  Returns -1, leaving it set, for a KeyboardInterrupt
+   or SystemExit out of a call_later callback (they stop the loop, as in
+   asyncio); else 0. */
+static int report_failure(TimerObject *timer, TimeoutObject *to)
 {
-    if (!timer->executor)
-        return hwtimer_call_task(timer, to, start);
+    timer->task_errors++;
+    if (Py_TYPE(to) == timer->state->loop_timeout_type)
+        return hwtimer_loop_report((LoopTimeoutObject *)to);
+    hwtimer_log_task_error(timer->state, (PyObject *)to);
+    return 0;
+}
+
+/* A periodic timeout that stop() did not see (it was in its run): now
+   cancelled, it joins the list stop() returns, if stop() has not returned
+   yet (it waits for the dispatch thread; an executor's runs may end
+   later). */
+static void keep_for_stop(TimerObject *timer, TimeoutObject *to)
+{
+    if (timer->stop_collected)
+        return;
+    if (!timer->stopped_periodic && !(timer->stopped_periodic = PyList_New(0))) {
+        PyErr_Clear(); /* it stays cancelled, only unlisted */
+        return;
+    }
+    if (PyList_Append(timer->stopped_periodic, (PyObject *)to) < 0)
+        PyErr_Clear();
+}
+
+/* Puts a periodic timeout back after a run from `start` to `end`.
+   Returns true when its next run is due now and may start. */
+static bool rearm(TimerObject *timer, TimeoutObject *to, int64_t start, int64_t end)
+{
+    for (;;) {
+        Py_INCREF(to); /* the wheel's reference, if it goes back */
+        int r = hwt_timeout_rearm(&to->node, start, end);
+        if (r == HWT_OK)
+            return false;
+        Py_DECREF(to); /* not the last: the caller holds one */
+        if (r == HWT_ESTOPPED)
+            keep_for_stop(timer, to);
+        if (r != HWT_EAGAIN)
+            return false;
+        uint32_t s = atomic_load(&to->node.state);
+        bool stopped = hwt_timer_stopped(timer->core);
+        if (s == HWT_RUNNING && !stopped)
+            return true;
+        if (s == HWT_RUNNING_RESET && !stopped)
+            continue; /* a reset since: onto the wheel at its deadline */
+        hwt_timeout_finish(&to->node, HWT_CANCELLED);
+        if (s != HWT_CANCELLED)
+            keep_for_stop(timer, to); /* stop() began */
+        return false;
+    }
+}
+
+int hwtimer_run_timeout(TimerObject *timer, TimeoutObject *to, int64_t *now)
+{
+    hwt_timeout *node = &to->node;
+    if (node->period && atomic_load(&node->state) == HWT_CANCELLED) {
+        hwt_timeout_finish(node, HWT_CANCELLED); /* cancelled since it was delivered */
+        return 0;
+    }
+    int64_t origin = hwt_timer_start_time(timer->core);
+    for (;;) {
+        /* With the GIL held from the state's check above (or in rearm())
+           to the call, no cancel() can return True in between: no run
+           starts after it. */
+        int64_t start = *now, deadline = origin + hwt_timeout_deadline(node);
+        int failed = call_once(timer, to);
+        int64_t end = *now = hwtimer_clock_ns(timer);
+        hwt_timer_record_task(timer->core, start - deadline, end - start);
+        int r = failed ? report_failure(timer, to) : 0;
+        if (!node->period)
+            return r;
+        if (failed) {
+            hwt_timeout_finish(node, HWT_EXPIRED); /* an exception ends it */
+            return r;
+        }
+        if (!rearm(timer, to, start, end))
+            return 0;
+    }
+}
+
+int64_t hwtimer_dispatch_timeout(TimerObject *timer, TimeoutObject *to, int64_t now)
+{
+    if (!timer->executor) {
+        hwtimer_run_timeout(timer, to, &now);
+        return now;
+    }
     PyObject *r = PyObject_CallMethod(timer->executor, "submit", "OO", timer->state->run_task,
                                       (PyObject *)to);
     if (r) {
         Py_DECREF(r);
-        return hwt_monotonic_ns(NULL);
+        return hwtimer_clock_ns(timer);
     }
     /* A refused task still runs exactly once: here.  Executors refuse all
        work once threading's exit hooks shut them down; other refusals are
@@ -125,7 +216,9 @@ int64_t hwtimer_run_task(TimerObject *timer, TimeoutObject *to, int64_t start)
         timer->task_errors++;
         hwtimer_log_task_error(timer->state, (PyObject *)to);
     }
-    return hwtimer_call_task(timer, to, hwt_monotonic_ns(NULL));
+    now = hwtimer_clock_ns(timer);
+    hwtimer_run_timeout(timer, to, &now);
+    return now;
 }
 
 /* ---- methods ---- */
@@ -134,6 +227,17 @@ static PyObject *timeout_cancel(TimeoutObject *self, PyObject *unused)
 {
     (void)unused;
     int r = hwt_timeout_cancel(&self->node);
+    if (r < 0)
+        return PyErr_NoMemory();
+    return PyBool_FromLong(r);
+}
+
+static PyObject *timeout_reset(TimeoutObject *self, PyObject *delay)
+{
+    int64_t ns;
+    if (hwtimer_parse_delay(TIMER_OF(self)->state, delay, "delay", &ns) < 0)
+        return NULL;
+    int r = hwt_timeout_reset(&self->node, ns);
     if (r < 0)
         return PyErr_NoMemory();
     return PyBool_FromLong(r);
@@ -238,6 +342,10 @@ static PyMethodDef timeout_methods[] = {
      "cancel($self, /)\n--\n\nCancels the timeout.  True if this call cancelled it, False if it "
      "had "
      "already expired or been cancelled."},
+    {"reset", (PyCFunction)timeout_reset, METH_O,
+     "reset($self, delay, /)\n--\n\nMoves a pending timeout's deadline to delay seconds from "
+     "now.  True if it was pending and is re-armed (its task runs at most once, never at the old "
+     "deadline); False if it had expired or been cancelled."},
     {"is_cancelled", (PyCFunction)timeout_is_cancelled, METH_NOARGS,
      "is_cancelled($self, /)\n--\n\nTrue once the timeout has been cancelled."},
     {"is_expired", (PyCFunction)timeout_is_expired, METH_NOARGS,

@@ -18,14 +18,14 @@
 
 static void dispatch_batch(hwt_sink *dflt, hwt_timeout *node)
 {
-    int64_t now = hwt_monotonic_ns(NULL);
+    int64_t now = node ? hwtimer_clock_ns(TIMER_OF(TIMEOUT_OF(node))) : 0;
     while (node) {
         hwt_timeout *next = hwt_timeout_of(node->link.next);
         TimeoutObject *to = (TimeoutObject *)hwtimer_timeout_from_node(node);
-        /* only expired new_timeout() timeouts come here: cancelled ones
-           and call_later() ones are released elsewhere */
-        if (atomic_load(&node->state) == HWT_EXPIRED && node->sink == dflt)
-            now = hwtimer_run_task(TIMER_OF(to), to, now);
+        /* only delivered new_timeout() and new_periodic() timeouts come
+           here: cancelled ones and call_later() ones are released elsewhere */
+        if (node->sink == dflt && (atomic_load(&node->state) == HWT_EXPIRED || node->period))
+            now = hwtimer_dispatch_timeout(TIMER_OF(to), to, now);
         Py_DECREF(to); /* the wheel's reference: may free the timer too */
         node = next;
     }
@@ -283,7 +283,10 @@ PyObject *hwtimer_timer_stop(TimerObject *self)
         dispatch_wait_done(d);
     }
     hwtimer_release_chain(hwt_timer_take_released(self->core));
-    PyObject *list = PyList_New(0);
+    /* periodic ones that were in their run join the rest */
+    PyObject *list = self->stopped_periodic ? self->stopped_periodic : PyList_New(0);
+    self->stopped_periodic = NULL;
+    self->stop_collected = true;
     while (left) {
         hwt_timeout *next = hwt_timeout_of(left->link.next);
         PyObject *to = hwtimer_timeout_from_node(left);
@@ -507,10 +510,62 @@ static PyObject *timer_new_timeout(TimerObject *self, PyObject *const *args, Py_
                                        hwt_timer_default_sink(self->core), a[0]);
     if (!to)
         return NULL;
-    if (hwtimer_timeout_submit(self, to, delay) < 0) {
+    if (hwtimer_timeout_submit(self, to, delay, 0, HWT_MISSED_SKIP) < 0) {
         Py_DECREF(to);
         return NULL;
     }
+    return to;
+}
+
+/* Reads new_periodic()'s and call_every()'s period, delay (NULL or None:
+   the period) and missed (NULL: "skip").  Returns 0 or -1. */
+static int parse_periodic(hwtimer_state *st, PyObject *period_o, PyObject *delay_o,
+                          PyObject *missed_o, int64_t *period, int64_t *delay, int *missed)
+{
+    static const char *const policies[] = {"skip", "delay", "burst"};
+    if (hwtimer_parse_delay(st, period_o, "period", period) < 0)
+        return -1;
+    if (*period <= 0) {
+        PyErr_Format(PyExc_ValueError, "period must be > 0, not %R", period_o);
+        return -1;
+    }
+    *delay = *period;
+    if (delay_o && delay_o != Py_None && hwtimer_parse_delay(st, delay_o, "delay", delay) < 0)
+        return -1;
+    *missed = HWT_MISSED_SKIP;
+    if (!missed_o)
+        return 0;
+    for (int i = 0; i < 3; i++) {
+        if (PyUnicode_Check(missed_o) &&
+            PyUnicode_CompareWithASCIIString(missed_o, policies[i]) == 0) {
+            *missed = i; /* HWT_MISSED_SKIP, _DELAY, _BURST in this order */
+            return 0;
+        }
+    }
+    PyErr_Format(PyExc_ValueError, "missed must be 'skip', 'delay' or 'burst', not %R", missed_o);
+    return -1;
+}
+
+static PyObject *timer_new_periodic(TimerObject *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"task", "period", "delay", "missed", NULL};
+    PyObject *task, *period_o, *delay_o = NULL, *missed_o = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO|$OO:new_periodic", kwlist, &task, &period_o,
+                                     &delay_o, &missed_o))
+        return NULL;
+    if (!PyCallable_Check(task)) {
+        PyErr_Format(PyExc_TypeError, "task must be callable, not %.200s", Py_TYPE(task)->tp_name);
+        return NULL;
+    }
+    int64_t period, delay;
+    int missed;
+    if (parse_periodic(self->state, period_o, delay_o, missed_o, &period, &delay, &missed) < 0 ||
+        hwtimer_timer_start(self) < 0)
+        return NULL;
+    PyObject *to = hwtimer_timeout_new(self, self->state->timeout_type,
+                                       hwt_timer_default_sink(self->core), task);
+    if (to && hwtimer_timeout_submit(self, to, delay, period, missed) < 0)
+        Py_CLEAR(to);
     return to;
 }
 
@@ -537,6 +592,12 @@ PyObject *hwtimer_running_loop(hwtimer_state *st)
 PyObject *hwtimer_call_later(TimerObject *self, int64_t delay, PyObject *callback, PyObject *args,
                              PyObject *loop, PyObject *context)
 {
+    return hwtimer_call_every(self, delay, 0, HWT_MISSED_SKIP, callback, args, loop, context);
+}
+
+PyObject *hwtimer_call_every(TimerObject *self, int64_t delay, int64_t period_ns, int missed,
+                             PyObject *callback, PyObject *args, PyObject *loop, PyObject *context)
+{
     LoopSinkObject *sink;
     if (hwtimer_timer_start(self) < 0 || !(sink = hwtimer_loop_sink_for(self, loop)))
         return NULL;
@@ -551,36 +612,57 @@ PyObject *hwtimer_call_later(TimerObject *self, int64_t delay, PyObject *callbac
     to->context = context ? (Py_INCREF(context), context) : PyContext_CopyCurrent();
     /* tracked before it is scheduled: a failed submit's dealloc untracks it */
     hwtimer_loop_sink_track(to);
-    if (!to->context || hwtimer_timeout_submit(self, (PyObject *)to, delay) < 0) {
+    if (!to->context ||
+        hwtimer_timeout_submit(self, (PyObject *)to, delay, period_ns, missed) < 0) {
         Py_DECREF(to);
         return NULL;
     }
     return (PyObject *)to;
 }
 
-static PyObject *timer_call_later(TimerObject *self, PyObject *const *args, Py_ssize_t nargs,
-                                  PyObject *kwnames)
+/* Reads call_later()'s keywords (loop, context) and call_every()'s
+   (also delay, missed) into `out` (borrowed, NULL when absent).  Returns
+   0 or -1. */
+static int loop_keywords(const char *fname, bool periodic, PyObject *const *kwvalues,
+                         PyObject *kwnames, PyObject *out[4])
 {
-    if (nargs < 2) {
-        PyErr_SetString(PyExc_TypeError, "call_later() takes a delay and a callback");
-        return NULL;
-    }
-    PyObject *loop = NULL, *context = NULL;
+    static const char *const names[] = {"loop", "context", "delay", "missed"};
     Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    for (int i = 0; i < 4; i++)
+        out[i] = NULL;
     for (Py_ssize_t k = 0; k < nkw; k++) {
         PyObject *key = PyTuple_GET_ITEM(kwnames, k);
-        if (PyUnicode_CompareWithASCIIString(key, "loop") == 0) {
-            loop = args[nargs + k];
-        } else if (PyUnicode_CompareWithASCIIString(key, "context") == 0) {
-            context = args[nargs + k];
-        } else {
-            PyErr_Format(PyExc_TypeError, "call_later() got an unexpected keyword argument %R",
-                         key);
-            return NULL;
+        int i = 0;
+        while (i < (periodic ? 4 : 2) && PyUnicode_CompareWithASCIIString(key, names[i]) != 0)
+            i++;
+        if (i == (periodic ? 4 : 2)) {
+            PyErr_Format(PyExc_TypeError, "%s() got an unexpected keyword argument %R", fname, key);
+            return -1;
         }
+        out[i] = kwvalues[k];
     }
-    int64_t delay;
-    if (hwtimer_parse_delay(self->state, args[0], "delay", &delay) < 0)
+    return 0;
+}
+
+/* call_later(delay, callback, *args, loop=, context=) and
+   call_every(period, callback, *args, loop=, context=, delay=, missed=). */
+static PyObject *loop_call(TimerObject *self, bool periodic, PyObject *const *args,
+                           Py_ssize_t nargs, PyObject *kwnames)
+{
+    const char *fname = periodic ? "call_every" : "call_later";
+    if (nargs < 2) {
+        PyErr_Format(PyExc_TypeError, "%s() takes a %s and a callback", fname,
+                     periodic ? "period" : "delay");
+        return NULL;
+    }
+    PyObject *kw[4]; /* loop, context, delay, missed */
+    if (loop_keywords(fname, periodic, args + nargs, kwnames, kw) < 0)
+        return NULL;
+    PyObject *loop = kw[0], *context = kw[1];
+    int64_t delay, period = 0;
+    int missed = HWT_MISSED_SKIP;
+    if (periodic ? parse_periodic(self->state, args[0], kw[2], kw[3], &period, &delay, &missed)
+                 : hwtimer_parse_delay(self->state, args[0], "delay", &delay))
         return NULL;
     PyObject *callback = args[1];
     if (!PyCallable_Check(callback)) {
@@ -608,11 +690,23 @@ static PyObject *timer_call_later(TimerObject *self, PyObject *const *args, Py_s
         Py_INCREF(args[i]);
         PyTuple_SET_ITEM(cb_args, i - 2, args[i]);
     }
-    PyObject *result = hwtimer_call_later(self, delay, callback, cb_args, loop,
+    PyObject *result = hwtimer_call_every(self, delay, period, missed, callback, cb_args, loop,
                                           context == Py_None ? NULL : context);
     Py_DECREF(cb_args);
     Py_XDECREF(owned_loop);
     return result;
+}
+
+static PyObject *timer_call_later(TimerObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                  PyObject *kwnames)
+{
+    return loop_call(self, false, args, nargs, kwnames);
+}
+
+static PyObject *timer_call_every(TimerObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                  PyObject *kwnames)
+{
+    return loop_call(self, true, args, nargs, kwnames);
 }
 
 static PyObject *timer_pending_timeouts(TimerObject *self, PyObject *unused)
@@ -726,6 +820,7 @@ static int timer_traverse(TimerObject *self, visitproc visit, void *arg)
     Py_VISIT(Py_TYPE(self));
     Py_VISIT(self->executor);
     Py_VISIT(self->loop_sinks);
+    Py_VISIT(self->stopped_periodic);
     return 0;
 }
 
@@ -733,6 +828,7 @@ static int timer_clear(TimerObject *self)
 {
     Py_CLEAR(self->executor);
     Py_CLEAR(self->loop_sinks);
+    Py_CLEAR(self->stopped_periodic);
     return 0;
 }
 
@@ -761,8 +857,16 @@ static void timer_dealloc(TimerObject *self)
     if (self->weakreflist)
         PyObject_ClearWeakRefs((PyObject *)self);
     live_remove(self);
-    if (self->loop_sinks)
+    if (self->loop_sinks) {
+        /* Closing the sinks asks their loops is_closed(), and clears what
+           fails: keep the exception being raised, if any.  A dealloc may
+           run while one is: on 3.9 a coroutine's locals go after its
+           return value was set as StopIteration. */
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
         hwtimer_loop_sinks_close(self->loop_sinks);
+        PyErr_Restore(type, value, tb);
+    }
     timer_clear(self);
     Py_CLEAR(self->dispatcher);
     Py_CLEAR(self->name);
@@ -784,6 +888,14 @@ static PyMethodDef timer_methods[] = {
     {"call_later", (PyCFunction)(void (*)(void))timer_call_later, METH_FASTCALL | METH_KEYWORDS,
      "call_later($self, delay, callback, /, *args, loop=None, context=None)\n--\n\nRuns "
      "callback(*args) in the thread of an asyncio event loop after delay seconds."},
+    {"new_periodic", (PyCFunction)(void (*)(void))timer_new_periodic, METH_VARARGS | METH_KEYWORDS,
+     "new_periodic($self, /, task, period, *, delay=None, missed='skip')\n--\n\nCalls "
+     "task(timeout) at start + delay + k * period, k = 0, 1, ..., until cancelled; missed runs "
+     "are skipped, delayed or run in a burst."},
+    {"call_every", (PyCFunction)(void (*)(void))timer_call_every, METH_FASTCALL | METH_KEYWORDS,
+     "call_every($self, period, callback, /, *args, loop=None, context=None, delay=None, "
+     "missed='skip')\n--\n\nRuns callback(*args) every period seconds in the thread of an "
+     "asyncio event loop."},
     {"pending_timeouts", (PyCFunction)timer_pending_timeouts, METH_NOARGS,
      "pending_timeouts($self, /)\n--\n\nTimeouts neither expired nor cancelled."},
     {"stats", (PyCFunction)timer_stats, METH_NOARGS,

@@ -11,7 +11,9 @@ machine, so something expected within 50 ms is waited for up to 10 s.
 
 from __future__ import annotations
 
+import asyncio
 import gc
+import importlib.util
 import os
 import subprocess
 import sys
@@ -19,6 +21,8 @@ import textwrap
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -167,3 +171,36 @@ def make_timer() -> Iterator[Callable[..., hwtimer.HashedWheelTimer]]:
 def timer(make_timer: Callable[..., hwtimer.HashedWheelTimer]) -> hwtimer.HashedWheelTimer:
     """A timer with a 10 ms tick and 64 buckets, stopped after the test."""
     return make_timer()
+
+
+#: The examples/ directory of the checkout under test.
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def load_example(name: str) -> Any:
+    """Imports examples/<name>.py as a module."""
+    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(params=["asyncio", "uvloop"])
+def run(request: pytest.FixtureRequest) -> Callable[..., Any]:
+    """Runs a coroutine function to completion (60 s at most) on a new
+    event loop: the test runs once on asyncio's, once on uvloop's."""
+    if request.param == "uvloop":
+        uvloop = pytest.importorskip("uvloop")
+        new_loop = uvloop.new_event_loop
+    else:
+        new_loop = asyncio.new_event_loop
+
+    def run(main: Callable[[], Any]) -> Any:
+        loop = new_loop()
+        try:
+            return loop.run_until_complete(asyncio.wait_for(main(), 60))
+        finally:
+            loop.close()
+
+    return run

@@ -1274,3 +1274,18 @@ def test_many_concurrent_sleeps(run: Any) -> None:
         assert time.monotonic() - start >= 0.01
 
     run(main)
+
+
+def test_a_timer_dropped_as_a_coroutine_returns_keeps_its_result() -> None:
+    """On 3.9 a coroutine's locals are freed after its return value is set
+    as StopIteration: a timer freed then must not clear it."""
+
+    async def main() -> str:
+        timer = hwtimer.HashedWheelTimer(0.01)
+        fired = asyncio.Event()
+        timer.call_later(0.01, fired.set)
+        await fired.wait()
+        timer.stop()
+        return "value"
+
+    assert asyncio.run(main()) == "value"

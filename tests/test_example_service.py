@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import os
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-import pytest
+from conftest import load_example
 
 import hwtimer
 
@@ -19,33 +18,7 @@ EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "echo_service.py
 SOON = 10.0
 
 
-def _load_example() -> Any:
-    spec = importlib.util.spec_from_file_location("echo_service", EXAMPLE)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-echo_service = _load_example()
-
-
-@pytest.fixture(params=["asyncio", "uvloop"])
-def run(request: pytest.FixtureRequest) -> Callable[..., Any]:
-    if request.param == "uvloop":
-        uvloop = pytest.importorskip("uvloop")
-        new_loop = uvloop.new_event_loop
-    else:
-        new_loop = asyncio.new_event_loop
-
-    def run(main: Callable[[], Any]) -> Any:
-        loop = new_loop()
-        try:
-            return loop.run_until_complete(asyncio.wait_for(main(), 60))
-        finally:
-            loop.close()
-
-    return run
+echo_service = load_example("echo_service")
 
 
 class Client:

@@ -1,8 +1,8 @@
 /*
  * fuzz_core.c: a libFuzzer target for the hwtimer C core.  The input's
- * bytes choose a configuration and a sequence of schedules, cancels and
- * clock advances (model.h decodes them), checked step by step against the
- * reference model; any mismatch aborts with the mismatch and the operations
+ * bytes choose a configuration and a sequence of schedules (one-shot and
+ * periodic), cancels, resets, periodic runs and clock advances (model.h decodes them), checked step
+ * by step against the reference model; any mismatch aborts with the mismatch and the operations
  * before it printed.
  *
  * Build (see scripts/check-core.sh):

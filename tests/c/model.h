@@ -5,12 +5,17 @@
  *
  * The timer runs in manual mode on a fake clock.  An operation source (a
  * seeded generator, or the fuzzer's bytes) picks a configuration and then a
- * sequence of schedules, cancels and clock advances; after every step the
- * core's deliveries, states and counters must equal the model's.  The model
- * is a plain array of items: an item is due at tick max(deadline / tick,
- * the wheel's tick when it was transferred), is delivered by the first
- * advance whose clock has passed the end of that tick, and within one
- * advance and one sink expiries come by tick, then in scheduling order.
+ * sequence of schedules (one-shot and periodic), cancels, resets and clock
+ * advances; after every step the core's deliveries, states and counters
+ * must equal the model's.  The model is a plain array of items: an item is
+ * due at tick max(deadline / tick, the wheel's tick when it was linked), is
+ * delivered by the first advance whose clock has passed the end of that
+ * tick, and within one advance and one sink expiries come by tick, then in
+ * link order.  An advance links the items reset while in a bucket first
+ * (in reset order), then the queued ones (in the order they were queued).
+ * A delivered periodic item is "run" at once: the clock moves by a chosen
+ * run time, a cancel, reset or failure may come during the run, and the
+ * re-arm must give the deadline and result that m_next() computes.
  *
  * Include it from one file only; define MODEL_ON_FAILURE() first to choose
  * what a mismatch does after it has been printed (default: exit(1)).
@@ -104,11 +109,16 @@ typedef struct m_item {
     int target;          /* 0: the default sink, 1: the second sink */
     int64_t deadline;    /* relative ns, as the core must have computed it */
     int64_t due;         /* the tick it expires at, once transferred */
-    uint64_t seq;        /* scheduling order */
+    uint64_t queued;     /* when it was queued (scheduled or re-armed) */
+    uint64_t relink;     /* reset while in a bucket: the reset's order, else 0 */
+    uint64_t seq;        /* link order, fixed by the advance that links it */
     uint64_t seen_stamp; /* the delivery check that last saw it */
+    int64_t period;      /* > 0: periodic */
+    int missed;          /* its HWT_MISSED_* */
+    bool delivered;      /* periodic, delivered by the last advance: to run */
 } m_item;
 
-#define m_item_of(tp) ((m_item *)(void *)((char *)(tp)-offsetof(m_item, to)))
+#define m_item_of(tp) ((m_item *)(void *)((char *)(tp) - offsetof(m_item, to)))
 
 typedef struct m_run {
     m_source *src;
@@ -125,7 +135,8 @@ typedef struct m_run {
     int64_t max_jump; /* ns: keeps the ticks one advance walks bounded */
     m_item **items;   /* owned */
     size_t nitems;
-    uint64_t seq, stamp;
+    uint64_t seq, stamp, queue_order, reset_order;
+    uint64_t resets, reruns; /* resets that re-armed, periodic runs re-armed */
     uint64_t scheduled, expired, cancelled, rejected;
     int64_t pending;  /* M_LIVE and M_CANCELLED items */
     m_item **scratch; /* owned: nitems + 1 entries */
@@ -291,10 +302,15 @@ static void m_check_list(m_run *r, size_t n, int from, int64_t rel, const char *
                 where, it->id, it->deadline, it->due, rel);
         M_CHECK(r, it->deadline < rel, "%s: item %u deadline %" PRId64 " not before now %" PRId64,
                 where, it->id, it->deadline, rel);
-        M_CHECK(r, state == HWT_EXPIRED, "%s: expired item %u has state %u", where, it->id, state);
         int routed = it->target == 0   ? M_FROM_DEFAULT
                      : r->sink2_closed ? M_FROM_RELEASED
                                        : M_FROM_SECOND;
+        /* a periodic one runs, unless its sink is gone: it ends cancelled */
+        uint32_t expect = !it->period                 ? HWT_EXPIRED
+                          : routed == M_FROM_RELEASED ? HWT_CANCELLED
+                                                      : HWT_RUNNING;
+        M_CHECK(r, state == expect, "%s: expired item %u has state %u, expected %u", where, it->id,
+                state, expect);
         M_CHECK(r, routed == from, "%s: item %u (target %d) delivered to the wrong sink", where,
                 it->id, it->target);
         M_CHECK(r, it->due >= last_due,
@@ -359,7 +375,70 @@ static int64_t m_pick_delay(m_run *r)
     }
 }
 
-static void m_op_schedule(m_run *r)
+/* The deadline after `rel` by `delay`, saturated, as the core reads one. */
+static int64_t m_deadline_after(int64_t rel, int64_t delay)
+{
+    return delay <= 0 ? rel : delay >= HWT_NEVER - rel ? HWT_NEVER : rel + delay;
+}
+
+/* a + b in 128 bits, saturated at HWT_NEVER. */
+static int64_t m_sat(__int128 v)
+{
+    return v >= (__int128)HWT_NEVER ? HWT_NEVER : (int64_t)v;
+}
+
+/* The reference of hwt_periodic_next: a run at grid point `d` that began
+   at `start` and ended at `end` (relative ns).  Written from API.md's
+   words, apart from the core's arithmetic. */
+static int64_t m_next(const m_item *it, int64_t d, int64_t start, int64_t end, bool *again)
+{
+    __int128 p = it->period;
+    *again = false;
+    if (it->missed == HWT_MISSED_BURST) { /* every grid point, late ones at once */
+        int64_t next = m_sat((__int128)d + p);
+        *again = next <= end;
+        return next;
+    }
+    if (it->missed == HWT_MISSED_DELAY) {
+        /* late by a period: the grid restarts from this run's start; a
+           run that overran the next point: once now, at its end, and the
+           grid restarts from that run (whose deadline is its start) */
+        bool late = (__int128)start - d >= p;
+        int64_t next = m_sat((late ? (__int128)start : (__int128)d) + p);
+        if (next > end)
+            return next;
+        *again = true;
+        return end;
+    }
+    /* skip: the smallest d + k * p (k >= 1) after end */
+    __int128 k = (__int128)end < (__int128)d + p ? 1 : ((__int128)end - d) / p + 1;
+    return m_sat((__int128)d + k * p);
+}
+
+static int m_pick_missed(m_run *r)
+{
+    return (int)m_below(r->src, 3);
+}
+
+static int64_t m_pick_period(m_run *r)
+{
+    int64_t tick = r->cfg.tick_ns, rev = tick * (int64_t)r->wheel;
+    switch (m_below(r->src, 6)) {
+    case 0:
+        return 1 + (int64_t)m_below(r->src, (uint64_t)tick); /* within a tick */
+    case 1:
+        return tick * (1 + (int64_t)m_below(r->src, 4));
+    case 2:
+        return 1 + (int64_t)m_below(r->src, 2 * (uint64_t)rev);
+    case 3:
+        return m_below(r->src, 2) ? HWT_NEVER : HWT_NEVER / 2;
+    default:
+        return 1 + (int64_t)m_below(r->src, 8 * (uint64_t)tick);
+    }
+}
+
+/* Schedules a free item, one-shot or periodic (every missed policy). */
+static void m_op_schedule(m_run *r, bool periodic)
 {
     m_item *it = m_pick(r, M_FREE);
     if (!it) {
@@ -367,19 +446,24 @@ static void m_op_schedule(m_run *r)
         return;
     }
     int64_t delay = m_pick_delay(r);
+    int64_t period = periodic ? m_pick_period(r) : 0;
+    int missed = periodic ? m_pick_missed(r) : HWT_MISSED_SKIP;
     int target = r->sink2_ready && m_below(r->src, 3) == 0;
     it->target = target;
     it->to.sink = target ? &r->sink2 : hwt_timer_default_sink(r->t);
     int64_t rel = m_rel(r);
-    int64_t deadline = delay <= 0 ? rel : delay >= HWT_NEVER - rel ? HWT_NEVER : rel + delay;
+    int64_t deadline = m_deadline_after(rel, delay);
     bool reject = r->cfg.max_pending > 0 && r->pending + 1 > r->cfg.max_pending;
-    int rc = hwt_timer_schedule(r->t, &it->to, delay);
-    m_trace(r, "schedule item %u delay %" PRId64 " target %d -> %d (deadline %" PRId64 ")", it->id,
-            delay, target, rc, it->to.deadline);
-    M_CHECK(r, it->to.deadline == deadline,
+    int rc = periodic ? hwt_timer_schedule_periodic(r->t, &it->to, delay, period, missed)
+                      : hwt_timer_schedule(r->t, &it->to, delay);
+    m_trace(r,
+            "schedule item %u delay %" PRId64 " period %" PRId64 " missed %d target %d -> %d "
+            "(deadline %" PRId64 ")",
+            it->id, delay, period, missed, target, rc, hwt_timeout_deadline(&it->to));
+    M_CHECK(r, hwt_timeout_deadline(&it->to) == deadline,
             "schedule: deadline %" PRId64 ", model %" PRId64 " (rel %" PRId64 ", delay %" PRId64
             ")",
-            it->to.deadline, deadline, rel, delay);
+            hwt_timeout_deadline(&it->to), deadline, rel, delay);
     if (reject) {
         M_CHECK(r, rc == HWT_EREJECTED, "schedule: returned %d past max_pending, expected %d", rc,
                 HWT_EREJECTED);
@@ -392,9 +476,43 @@ static void m_op_schedule(m_run *r)
     it->cancellable = true;
     it->transferred = false;
     it->deadline = deadline;
-    it->seq = ++r->seq;
+    it->period = period;
+    it->missed = missed;
+    it->queued = ++r->queue_order;
+    it->relink = 0;
     r->scheduled++;
     r->pending++;
+}
+
+/* Resets a pending item: the worker relinks it at the next advance. */
+static void m_reset_live(m_run *r, m_item *it, int64_t delay)
+{
+    it->deadline = m_deadline_after(m_rel(r), delay);
+    if (it->transferred) { /* in a bucket: relinked before what is queued */
+        it->relink = ++r->reset_order;
+        it->transferred = false;
+    }
+}
+
+static void m_op_reset(m_run *r)
+{
+    m_item *it = r->items[m_below(r->src, r->nitems)];
+    if (!it->cancellable)
+        return;
+    int64_t delay = m_pick_delay(r);
+    int rc = hwt_timeout_reset(&it->to, delay);
+    m_trace(r, "reset item %u (model %d) delay %" PRId64 " -> %d (deadline %" PRId64 ")", it->id,
+            it->where, delay, rc, hwt_timeout_deadline(&it->to));
+    int expect = it->where == M_LIVE;
+    M_CHECK(r, rc == expect, "reset of item %u (model state %d) returned %d, expected %d", it->id,
+            it->where, rc, expect);
+    if (rc != 1)
+        return;
+    m_reset_live(r, it, delay);
+    r->resets++;
+    M_CHECK(r, hwt_timeout_deadline(&it->to) == it->deadline,
+            "reset: deadline %" PRId64 ", model %" PRId64, hwt_timeout_deadline(&it->to),
+            it->deadline);
 }
 
 static void m_op_cancel(m_run *r)
@@ -464,18 +582,122 @@ static int64_t m_pick_jump(m_run *r)
 }
 
 /* Advances the core to `now` and checks what it delivered. */
+/* Ends item `it`'s run at clock `end`: whatever came during it, then the
+   re-arm, checked against m_next().  Returns whether it runs again now. */
+static bool m_rearm(m_run *r, m_item *it, int64_t start, int64_t end, int during, int64_t delay)
+{
+    int64_t d = it->deadline, rs = start - r->start, re = end - r->start;
+    if (during == 1) { /* cancelled in its run: it ends, counted now */
+        M_CHECK(r, hwt_timeout_cancel(&it->to) == 1, "cancel of running item %u failed", it->id);
+        M_CHECK(r, hwt_timeout_cancel(&it->to) == 0, "second cancel of item %u", it->id);
+    } else if (during == 2) { /* reset in its run: the next run is there */
+        M_CHECK(r, hwt_timeout_reset(&it->to, delay) == 1, "reset of running item %u", it->id);
+        it->deadline = m_deadline_after(m_rel(r), delay);
+    } else if (during == 3) { /* its task failed: it ends as expired */
+        uint32_t s = hwt_timeout_finish(&it->to, HWT_EXPIRED);
+        M_CHECK(r, s == HWT_EXPIRED, "finish of item %u gave state %u", it->id, s);
+        it->where = M_FREE;
+        it->delivered = false;
+        r->expired++;
+        r->pending--;
+        return false;
+    }
+    int rc = hwt_timeout_rearm(&it->to, start, end);
+    r->reruns++;
+    m_trace(r, "rearm item %u run %" PRId64 "..%" PRId64 " during %d -> %d (deadline %" PRId64 ")",
+            it->id, rs, re, during, rc, hwt_timeout_deadline(&it->to));
+    if (during == 1) {
+        M_CHECK(r, rc == HWT_ECANCELLED, "rearm of cancelled item %u returned %d", it->id, rc);
+        M_CHECK(r, atomic_load(&it->to.state) == HWT_CANCELLED, "item %u not cancelled", it->id);
+        it->where = M_FREE;
+        it->delivered = false;
+        r->cancelled++;
+        r->pending--;
+        return false;
+    }
+    bool again = false;
+    if (during != 2)
+        it->deadline = m_next(it, d, rs, re, &again);
+    M_CHECK(r, rc == (again ? HWT_EAGAIN : HWT_OK), "rearm of item %u returned %d, model %s",
+            it->id, rc, again ? "again" : "ok");
+    M_CHECK(r, hwt_timeout_deadline(&it->to) == it->deadline,
+            "rearm of item %u (period %" PRId64 " missed %d, run at %" PRId64 " from %" PRId64
+            " to %" PRId64 "): deadline %" PRId64 ", model %" PRId64,
+            it->id, it->period, it->missed, d, rs, re, hwt_timeout_deadline(&it->to), it->deadline);
+    M_CHECK(r, it->deadline > d || during == 2, "item %u re-armed at or before its run", it->id);
+    if (again)
+        return true;
+    it->delivered = false;
+    it->transferred = false;
+    it->relink = 0;
+    it->queued = ++r->queue_order;
+    return false;
+}
+
+/* Runs a delivered periodic item, and again while its policy says so:
+   each run takes a chosen time on the clock, and may see a cancel, a
+   reset or a failure. */
+static void m_run_periodic(m_run *r, m_item *it)
+{
+    int64_t p = it->period < r->max_jump ? it->period : r->max_jump;
+    for (int runs = 0;; runs++) {
+        int64_t start = r->clock, run;
+        switch (m_below(r->src, 6)) {
+        case 0:
+            run = 0;
+            break;
+        case 1: /* past the next grid point, or several */
+            run = p + (int64_t)m_below(r->src, 3 * (uint64_t)p + 1);
+            break;
+        default:
+            run = (int64_t)m_below(r->src, (uint64_t)p);
+            break;
+        }
+        if (run > r->max_jump)
+            run = r->max_jump;
+        if (run > M_CLOCK_LIMIT - r->clock || runs > 64)
+            run = 0; /* a burst that would not catch up: let it */
+        r->clock += run;
+        uint64_t k = m_below(r->src, 16);
+        int during = k == 0 ? 1 : k == 1 ? 2 : k == 2 ? 3 : 0;
+        int64_t delay = during == 2 ? m_pick_delay(r) : 0;
+        if (runs > 64 && during == 0)
+            during = 1; /* end a burst that does not catch up */
+        if (!m_rearm(r, it, start, r->clock, during, delay))
+            return;
+    }
+}
+
+/* Links what is waiting: reset items in reset order, then queued ones in
+   queue order (selection by the smallest key: the items are few). */
+static void m_link_waiting(m_run *r)
+{
+    for (;;) {
+        m_item *next = NULL;
+        for (size_t i = 0; i < r->nitems; i++) {
+            m_item *it = r->items[i];
+            if (it->where != M_LIVE || it->transferred)
+                continue;
+            if (!next || (it->relink && !next->relink) ||
+                (it->relink && next->relink && it->relink < next->relink) ||
+                (!it->relink && !next->relink && it->queued < next->queued))
+                next = it;
+        }
+        if (!next)
+            return;
+        int64_t calc = next->deadline / r->cfg.tick_ns;
+        next->due = calc > r->tick ? calc : r->tick;
+        next->transferred = true;
+        next->relink = 0;
+        next->seq = ++r->seq;
+    }
+}
+
 static void m_advance_to(m_run *r, int64_t now)
 {
     int64_t rel = now - r->start;
-    /* the core transfers queued timeouts first, at the wheel's current tick */
-    for (size_t i = 0; i < r->nitems; i++) {
-        m_item *it = r->items[i];
-        if (it->where == M_LIVE && !it->transferred) {
-            int64_t calc = it->deadline / r->cfg.tick_ns;
-            it->due = calc > r->tick ? calc : r->tick;
-            it->transferred = true;
-        }
-    }
+    /* the core links waiting timeouts first, at the wheel's current tick */
+    m_link_waiting(r);
     int64_t ret = hwt_timer_advance(r->t, now);
     r->stamp++;
     size_t n_default = m_take(r, hwt_timer_default_sink(r->t), "default sink");
@@ -509,8 +731,15 @@ static void m_advance_to(m_run *r, int64_t now)
                     "item %u (deadline %" PRId64 ", due tick %" PRId64 ", seq %" PRIu64
                     ") was not delivered by an advance to rel %" PRId64,
                     it->id, it->deadline, it->due, it->seq, rel);
+            if (it->period && !(it->target == 1 && r->sink2_closed)) {
+                it->delivered = true; /* runs below, then comes back */
+                continue;
+            }
             it->where = M_FREE;
-            r->expired++;
+            if (it->period)
+                r->cancelled++; /* its sink is gone */
+            else
+                r->expired++;
             r->pending--;
         } else if (it->where == M_LIVE) {
             live++;
@@ -538,6 +767,10 @@ static void m_advance_to(m_run *r, int64_t now)
             M_CHECK(r, ret <= r->start + (min_due + 1) * tick,
                     "advance returned %" PRId64 ", after the end %" PRId64 " of due tick %" PRId64,
                     ret, r->start + (min_due + 1) * tick, min_due);
+    }
+    for (size_t i = 0; i < r->nitems; i++) {
+        if (r->items[i]->delivered)
+            m_run_periodic(r, r->items[i]);
     }
 }
 
@@ -645,6 +878,7 @@ static void m_stop(m_run *r)
 /* What runs did, summed, so that a driver can show the checks had work. */
 typedef struct m_totals {
     uint64_t runs, steps, scheduled, expired, cancelled, rejected, returned, advances;
+    uint64_t resets, reruns;
 } m_totals;
 
 /* Picks a configuration from the source and makes the timer and items. */
@@ -744,9 +978,11 @@ static void m_run_sequence(m_source *src, const char *what, size_t max_items, si
     for (r.step = 1; r.step <= max_ops && !src->exhausted; r.step++) {
         uint64_t op = m_below(src, 100);
         if (op < 40)
-            m_op_schedule(&r);
-        else if (op < 60)
+            m_op_schedule(&r, op >= 32);
+        else if (op < 55)
             m_op_cancel(&r);
+        else if (op < 62)
+            m_op_reset(&r);
         else if (op < 99)
             m_op_advance(&r), advances++;
         else
@@ -764,6 +1000,8 @@ static void m_run_sequence(m_source *src, const char *what, size_t max_items, si
         totals->rejected += r.rejected;
         totals->returned += r.cancelled - cancelled_before_stop;
         totals->advances += advances;
+        totals->resets += r.resets;
+        totals->reruns += r.reruns;
     }
     m_teardown(&r);
 }

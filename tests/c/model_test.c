@@ -1,7 +1,8 @@
 /*
  * model_test.c: drives the hwtimer C core (src/hwt.c, manual mode, fake
- * clock) with seeded random sequences of schedules, cancels and clock
- * advances, and checks it step by step against the model in model.h.
+ * clock) with seeded random sequences of schedules (one-shot and periodic,
+ * all three missed-run policies), cancels, resets and clock advances, and checks it step by step
+ * against the model in model.h.
  *
  * Usage: model_test [SEED [ITERATIONS [OPS]]]
  * Iteration i runs with seed SEED + i, so `model_test S 1` reproduces the
@@ -54,8 +55,9 @@ int main(int argc, char **argv)
     }
     printf("model_test: %" PRIu64 " runs agree with the model: %" PRIu64 " steps, %" PRIu64
            " advances, %" PRIu64 " scheduled, %" PRIu64 " expired, %" PRIu64 " cancelled, %" PRIu64
-           " rejected, %" PRIu64 " returned or released by stop\n",
+           " rejected, %" PRIu64 " returned or released by stop, %" PRIu64 " resets, %" PRIu64
+           " periodic runs re-armed\n",
            totals.runs, totals.steps, totals.advances, totals.scheduled, totals.expired,
-           totals.cancelled, totals.rejected, totals.returned);
+           totals.cancelled, totals.rejected, totals.returned, totals.resets, totals.reruns);
     return 0;
 }

@@ -13,6 +13,15 @@
  * be cancelled before stopping; race rounds call stop() while producers are
  * still scheduling and cancelling, and a consumer closes its sink midway.
  *
+ * Re-arm rounds (rearm_round) race resets against expiry and cancels from
+ * several threads on one-shot timeouts, and run periodic timeouts of every
+ * missed-run policy on two consumer threads while others cancel them:
+ * a timeout never expires before its current deadline (so never at the
+ * old one once a reset moved it later), a one-shot at most once, a
+ * periodic one's runs never overlap, come in rising grid order (exactly
+ * every point for a burst), and each ends exactly once; pending returns
+ * to 0 and the counters add up.
+ *
  * Usage: stress_core [SEED [ROUNDS]]; exits 1 on the first failed check.
  */
 #define _GNU_SOURCE
@@ -479,6 +488,294 @@ static void run_round(const round_cfg *cfg, uint64_t seed)
     free(sh);
 }
 
+/* ---- re-arm rounds: reset and periodic timeouts ---- */
+
+#define RA_ONESHOT   512
+#define RA_PERIODIC  48
+#define RA_RESETTERS 3
+#define RA_CONSUMERS 2
+
+typedef struct ra_item {
+    hwt_timeout to;
+    bool periodic;
+    int64_t first; /* a periodic one's first deadline: its grid's origin */
+    bool moved;    /* a reset moved its grid (or delay restarted it) */
+    int64_t last_deadline;
+    _Atomic int running;     /* runs going on now: never above 1 */
+    _Atomic int delivered;   /* a one-shot's expiries */
+    _Atomic int armed;       /* a one-shot is scheduled and has not expired */
+    _Atomic int generations; /* a one-shot's schedules: again after each expiry */
+    _Atomic int ends;        /* a periodic one's ends (cancelled, failed, stopped) */
+    _Atomic int cancel_wins;
+    uint64_t runs;
+} ra_item;
+
+typedef struct ra_shared {
+    hwt_timer *t;
+    ra_item *items; /* owned: RA_ONESHOT one-shots, then RA_PERIODIC periodic */
+    _Atomic bool done;
+    pthread_mutex_t resched_lock; /* no re-schedule once `done` is set */
+    _Atomic uint64_t reset_wins, periodic_runs, early_checks;
+    uint64_t seed;
+} ra_shared;
+
+#define RA_TOTAL (RA_ONESHOT + RA_PERIODIC)
+
+static int64_t ra_rel(ra_shared *sh)
+{
+    return hwt_monotonic_ns(NULL) - hwt_timer_start_time(sh->t);
+}
+
+/* Checks one run of a periodic item at deadline `d` (rel ns), started at
+   `now`; `again`: a back-to-back run, due at or before now. */
+static void ra_check_run(ra_shared *sh, ra_item *it, int64_t d, int64_t now, bool again)
+{
+    int64_t p = it->to.period;
+    int missed = (int)((it->to.flags >> 4) & 3);
+    if (again ? now < d : now <= d)
+        fail("periodic %td ran early: now %" PRId64 ", deadline %" PRId64, it - sh->items, now, d);
+    if (it->runs && d <= it->last_deadline)
+        fail("periodic %td: run at %" PRId64 " after one at %" PRId64, it - sh->items, d,
+             it->last_deadline);
+    if (!it->moved && missed != HWT_MISSED_DELAY && (d - it->first) % p != 0)
+        fail("periodic %td: deadline %" PRId64 " off its grid from %" PRId64, it - sh->items, d,
+             it->first);
+    if (it->runs && !it->moved && missed == HWT_MISSED_BURST && d != it->last_deadline + p)
+        fail("periodic %td (burst): run at %" PRId64 " skipped from %" PRId64, it - sh->items, d,
+             it->last_deadline);
+    it->last_deadline = d;
+    it->runs++;
+    atomic_fetch_add(&sh->periodic_runs, 1);
+}
+
+/* Runs a delivered periodic item, as a binding's runner does. */
+static void ra_run(ra_shared *sh, ra_item *it, uint64_t *rng)
+{
+    if (atomic_load(&it->to.state) == HWT_CANCELLED) {
+        hwt_timeout_finish(&it->to, HWT_CANCELLED);
+        atomic_fetch_add(&it->ends, 1);
+        return;
+    }
+    for (bool again = false;; again = true) {
+        if (atomic_fetch_add(&it->running, 1) != 0)
+            fail("periodic %td: runs overlap", it - sh->items);
+        int64_t start = hwt_monotonic_ns(NULL), d = hwt_timeout_deadline(&it->to);
+        ra_check_run(sh, it, d, start - hwt_timer_start_time(sh->t), again);
+        uint64_t r = next_rand(rng);
+        if (r % 8 == 0) /* a run longer than its period */
+            sleep_ns(it->to.period + (int64_t)(r >> 8) % (2 * it->to.period));
+        if (r % 64 == 1 && hwt_timeout_reset(&it->to, (int64_t)(r >> 8) % 5000000) == 1)
+            it->moved = true; /* from inside its run: moves the next one */
+        atomic_fetch_sub(&it->running, 1);
+        if (r % 97 == 2) { /* its task failed */
+            hwt_timeout_finish(&it->to, HWT_EXPIRED);
+            atomic_fetch_add(&it->ends, 1);
+            return;
+        }
+        int rc = hwt_timeout_rearm(&it->to, start, hwt_monotonic_ns(NULL));
+        if (rc == HWT_OK)
+            return;
+        if (rc == HWT_EAGAIN && !atomic_load(&sh->done))
+            continue;
+        if (rc == HWT_EAGAIN)
+            hwt_timeout_finish(&it->to, HWT_CANCELLED);
+        atomic_fetch_add(&it->ends, 1);
+        return;
+    }
+}
+
+/* Schedules a one-shot (again, after it expired), so resets keep racing
+   fresh expiries. */
+static void ra_reschedule(ra_shared *sh, ra_item *it, uint64_t *rng)
+{
+    pthread_mutex_lock(&sh->resched_lock);
+    if (!atomic_load(&sh->done)) {
+        atomic_store(&it->armed, 1);
+        atomic_fetch_add(&it->generations, 1);
+        int rc = hwt_timer_schedule(sh->t, &it->to, (int64_t)(next_rand(rng) % 4000000));
+        if (rc != HWT_OK)
+            fail("one-shot %td: schedule returned %d", it - sh->items, rc);
+    }
+    pthread_mutex_unlock(&sh->resched_lock);
+}
+
+static void *ra_consumer(void *arg)
+{
+    ra_shared *sh = arg;
+    uint64_t rng = sh->seed ^ (uint64_t)(uintptr_t)&rng;
+    bool finished = false;
+    while (!finished) {
+        hwt_timeout *list = hwt_sink_wait(hwt_timer_default_sink(sh->t), &finished);
+        while (list) {
+            hwt_timeout *next = hwt_timeout_of(list->link.next);
+            ra_item *it = (ra_item *)(void *)list;
+            if (it->periodic) {
+                ra_run(sh, it, &rng);
+            } else {
+                int64_t now = ra_rel(sh), d = hwt_timeout_deadline(list);
+                if (now <= d)
+                    fail("one-shot %td expired early (or at an old deadline): now %" PRId64
+                         ", deadline %" PRId64,
+                         it - sh->items, now, d);
+                if (atomic_exchange(&it->armed, 0) != 1)
+                    fail("one-shot %td expired twice", it - sh->items);
+                if (atomic_load(&it->cancel_wins))
+                    fail("one-shot %td expired after a cancel won", it - sh->items);
+                atomic_fetch_add(&it->delivered, 1);
+                atomic_fetch_add(&sh->early_checks, 1);
+                ra_reschedule(sh, it, &rng);
+            }
+            list = next;
+        }
+        /* cancelled on the wheel: a periodic one ends there */
+        for (hwt_timeout *to = hwt_timer_take_released(sh->t); to;
+             to = hwt_timeout_of(to->link.next))
+            if (((ra_item *)(void *)to)->periodic)
+                atomic_fetch_add(&((ra_item *)(void *)to)->ends, 1);
+    }
+    return NULL;
+}
+
+typedef struct ra_arg {
+    ra_shared *sh;
+    int index;
+} ra_arg;
+
+/* Resets its share of the one-shots again and again, and cancels any
+   timeout now and then. */
+static void *ra_resetter(void *arg)
+{
+    ra_arg *a = arg;
+    ra_shared *sh = a->sh;
+    uint64_t rng = sh->seed * 77 + (uint64_t)a->index;
+    while (!atomic_load(&sh->done)) {
+        uint64_t r = next_rand(&rng);
+        ra_item *it =
+            &sh->items[(size_t)(r % (RA_ONESHOT / RA_RESETTERS)) * RA_RESETTERS + (size_t)a->index];
+        int64_t delay = (int64_t)((r >> 16) % 4000000);
+        if (hwt_timeout_reset(&it->to, delay) == 1)
+            atomic_fetch_add(&sh->reset_wins, 1);
+        if ((r >> 40) % 16 == 0) {
+            ra_item *v = &sh->items[(r >> 44) % RA_TOTAL];
+            if (hwt_timeout_cancel(&v->to) == 1)
+                atomic_fetch_add(&v->cancel_wins, 1);
+        }
+        if ((r >> 50) % 8 == 0)
+            sleep_ns((int64_t)((r >> 53) % 200000));
+    }
+    return NULL;
+}
+
+/* Every item has had exactly one fate; the counters add up. */
+static void rearm_check(ra_shared *sh, bool race_stop)
+{
+    uint64_t expired = 0;
+    for (size_t i = 0; i < RA_TOTAL; i++) {
+        ra_item *it = &sh->items[i];
+        uint32_t state = atomic_load(&it->to.state);
+        int wins = atomic_load(&it->cancel_wins);
+        if (wins > 1)
+            fail("rearm item %zu: %d cancels won", i, wins);
+        if (it->periodic) {
+            int ends = atomic_load(&it->ends);
+            if (ends != 1)
+                fail("periodic %zu ended %d times (state %u)", i, ends, state);
+            expired += state == HWT_EXPIRED;
+        } else {
+            int got = atomic_load(&it->delivered), gens = atomic_load(&it->generations);
+            if (got + (state == HWT_CANCELLED) != gens)
+                fail("one-shot %zu: expired %d times in %d schedules, state %u", i, got, gens,
+                     state);
+            expired += got;
+        }
+        if (state != HWT_CANCELLED && state != HWT_EXPIRED)
+            fail("rearm item %zu left in state %u", i, state);
+    }
+    hwt_stats st;
+    hwt_timer_stats(sh->t, &st);
+    uint64_t scheduled = RA_PERIODIC;
+    for (size_t i = 0; i < RA_ONESHOT; i++)
+        scheduled += (uint64_t)atomic_load(&sh->items[i].generations);
+    if (st.pending != 0 || st.scheduled != scheduled || st.expired != expired ||
+        st.expired + st.cancelled != st.scheduled)
+        fail("rearm round: pending %" PRId64 ", scheduled %" PRIu64 ", expired %" PRIu64
+             " (counted %" PRIu64 "), cancelled %" PRIu64,
+             st.pending, st.scheduled, st.expired, expired, st.cancelled);
+    printf("stress_core: rearm round %s: %" PRIu64 " resets won, %" PRIu64
+           " periodic runs, %" PRIu64 " one-shots expired\n",
+           race_stop ? "stop-race" : "settle", atomic_load(&sh->reset_wins),
+           atomic_load(&sh->periodic_runs), atomic_load(&sh->early_checks));
+    fflush(stdout);
+}
+
+/* One re-arm round; stops mid-stream when `race_stop`. */
+static void rearm_round(int64_t tick_ns, bool race_stop, uint64_t seed)
+{
+    ra_shared *sh = calloc(1, sizeof(*sh));
+    hwt_config hc = {.tick_ns = tick_ns, .ticks_per_wheel = 64, .thread_name = "hwt-rearm"};
+    if (!sh || !(sh->items = calloc(RA_TOTAL, sizeof(ra_item))) || !(sh->t = hwt_timer_new(&hc)) ||
+        hwt_timer_start(sh->t) != 0) {
+        fail("rearm round: setup failed");
+        exit(1);
+    }
+    sh->seed = seed;
+    pthread_mutex_init(&sh->resched_lock, NULL);
+    uint64_t rng = seed;
+    for (size_t i = 0; i < RA_TOTAL; i++) {
+        ra_item *it = &sh->items[i];
+        it->to.sink = hwt_timer_default_sink(sh->t);
+        it->periodic = i >= RA_ONESHOT;
+        uint64_t r = next_rand(&rng);
+        if (!it->periodic) {
+            ra_reschedule(sh, it, &rng);
+            continue;
+        }
+        int rc = hwt_timer_schedule_periodic(sh->t, &it->to, (int64_t)(r % 3000000),
+                                             200000 + (int64_t)((r >> 20) % 3000000),
+                                             (int)((r >> 40) % 3));
+        if (rc != HWT_OK)
+            fail("rearm round: schedule returned %d", rc);
+        it->first = hwt_timeout_deadline(&it->to);
+    }
+    pthread_t cons[RA_CONSUMERS], res[RA_RESETTERS];
+    ra_arg args[RA_RESETTERS];
+    for (int i = 0; i < RA_CONSUMERS; i++)
+        pthread_create(&cons[i], NULL, ra_consumer, sh);
+    for (int i = 0; i < RA_RESETTERS; i++) {
+        args[i] = (ra_arg){sh, i};
+        pthread_create(&res[i], NULL, ra_resetter, &args[i]);
+    }
+    sleep_ns(race_stop ? (int64_t)(next_rand(&rng) % 100000000) : 150000000);
+    hwt_timeout *returned = NULL;
+    pthread_mutex_lock(&sh->resched_lock);
+    atomic_store(&sh->done, true); /* periodic runs, resets, cancels go on */
+    pthread_mutex_unlock(&sh->resched_lock);
+    if (race_stop)
+        returned = hwt_timer_stop(sh->t);
+    for (int i = 0; i < RA_RESETTERS; i++)
+        pthread_join(res[i], NULL);
+    if (!race_stop) {
+        for (size_t i = 0; i < RA_TOTAL; i++) /* what still repeats or waits ends now */
+            if (hwt_timeout_cancel(&sh->items[i].to) == 1)
+                atomic_fetch_add(&sh->items[i].cancel_wins, 1);
+        int64_t give_up = hwt_monotonic_ns(NULL) + SETTLE_LIMIT_NS;
+        while (hwt_timer_pending(sh->t) != 0 && hwt_monotonic_ns(NULL) < give_up)
+            sleep_ns(1000000);
+        returned = hwt_timer_stop(sh->t);
+        if (returned)
+            fail("rearm round: stop returned timeouts after all were cancelled");
+    }
+    for (int i = 0; i < RA_CONSUMERS; i++)
+        pthread_join(cons[i], NULL);
+    for (hwt_timeout *to = returned; to; to = hwt_timeout_of(to->link.next))
+        atomic_fetch_add(&((ra_item *)(void *)to)->ends, 1);
+    rearm_check(sh, race_stop);
+    hwt_timer_decref(sh->t);
+    pthread_mutex_destroy(&sh->resched_lock);
+    free(sh->items);
+    free(sh);
+}
+
 int main(int argc, char **argv)
 {
     uint64_t seed = argc > 1 ? strtoull(argv[1], NULL, 0) : (uint64_t)time(NULL);
@@ -491,8 +788,11 @@ int main(int argc, char **argv)
     signal(SIGALRM, on_watchdog);
     alarm(WATCHDOG_SECONDS);
     printf("stress_core: seed %" PRIu64 ", %d rounds\n", seed, rounds);
-    for (int i = 0; i < rounds && !atomic_load(&failures); i++)
+    for (int i = 0; i < rounds && !atomic_load(&failures); i++) {
         run_round(&kinds[i % (int)(sizeof(kinds) / sizeof(kinds[0]))], seed + (uint64_t)i);
+        if (!atomic_load(&failures))
+            rearm_round(i % 2 ? 200000 : 1000000, i % 2 == 1, seed + (uint64_t)i);
+    }
     if (atomic_load(&failures)) {
         fprintf(stderr, "stress_core: %d failed checks (seed %" PRIu64 ")\n",
                 atomic_load(&failures), seed);

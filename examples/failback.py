@@ -1,0 +1,213 @@
+"""A failback retry queue: Dubbo's FailbackClusterInvoker on the wheel.
+
+A call that fails is not reported to the caller as a failure: it is
+recorded and retried in the background with exponential backoff
+(``base_delay * 2**attempt``, capped at ``max_delay``), each retry a
+timeout on a HashedWheelTimer.  The queue is bounded with the timer's
+``max_pending_timeouts``: when that many retries wait, a new failure is
+dropped (counted in ``stats["dropped"]``) rather than queued, so a dead
+backend cannot make the queue grow without end.  That bound is why the
+queue has a timer of its own.
+
+The backend here is a line-based TCP service (``SEND <id>`` ->
+``OK <id>`` or ``ERR <id>``); ``FlakyBackend`` fails each id a chosen
+number of times first.
+
+Run it::
+
+    python examples/failback.py --demo
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Awaitable
+from typing import Any, Callable
+
+import hwtimer
+
+
+class FailbackQueue:
+    """Runs ``await send(request)``; a failed one is retried later.
+
+    ``invoke(request)`` returns True if the first attempt succeeded, False if
+    it failed and was queued for retry or dropped.  ``stats`` counts
+    ``ok`` (first attempts), ``retried_ok``, ``retries``, ``dropped`` (queue
+    full), ``gave_up`` (after `max_retries`).  ``close()`` stops the timer
+    and returns the requests whose retries were still waiting.
+    """
+
+    def __init__(
+        self,
+        send: Callable[[Any], Awaitable[object]],
+        *,
+        max_pending: int = 1000,
+        base_delay: float = 0.1,
+        max_delay: float = 10.0,
+        max_retries: int = 10,
+        tick_duration: float = 0.01,
+    ) -> None:
+        self._send = send
+        self.base_delay = base_delay
+        self.max_delay = max_delay
+        self.max_retries = max_retries
+        self.timer = hwtimer.HashedWheelTimer(
+            tick_duration, max_pending_timeouts=max_pending, thread_name="failback"
+        )
+        self.stats = {"ok": 0, "retried_ok": 0, "retries": 0, "dropped": 0, "gave_up": 0}
+        self._tasks: set[asyncio.Task[None]] = set()
+        # each waiting retry: its key -> (its timeout, the request)
+        self._waiting: dict[object, tuple[hwtimer.Timeout, Any]] = {}
+
+    @property
+    def pending(self) -> int:
+        """Retries waiting on the wheel."""
+        return self.timer.pending_timeouts()
+
+    def delay(self, attempt: int) -> float:
+        """The backoff before retry number `attempt` (0 for the first)."""
+        return min(self.base_delay * 2**attempt, self.max_delay)
+
+    async def invoke(self, request: Any) -> bool:
+        try:
+            await self._send(request)
+        except (OSError, RuntimeError):
+            self._queue(request, 0)
+            return False
+        self.stats["ok"] += 1
+        return True
+
+    def _queue(self, request: Any, attempt: int) -> None:
+        if attempt >= self.max_retries:
+            self.stats["gave_up"] += 1
+            return
+        key = object()
+        try:
+            timeout = self.timer.call_later(self.delay(attempt), self._retry, key, attempt)
+        except hwtimer.RejectedExecutionError:
+            self.stats["dropped"] += 1  # full: max_pending retries wait already
+            return
+        self._waiting[key] = (timeout, request)
+
+    def _retry(self, key: object, attempt: int) -> None:
+        _, request = self._waiting.pop(key)
+        task = asyncio.ensure_future(self._attempt(request, attempt))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _attempt(self, request: Any, attempt: int) -> None:
+        self.stats["retries"] += 1
+        try:
+            await self._send(request)
+        except (OSError, RuntimeError):
+            self._queue(request, attempt + 1)
+        else:
+            self.stats["retried_ok"] += 1
+
+    async def close(self) -> list[Any]:
+        """Stops retrying; returns the requests whose retry was waiting."""
+        left = {id(t) for t in self.timer.stop()}
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        waiting = [request for timeout, request in self._waiting.values() if id(timeout) in left]
+        self._waiting.clear()
+        return waiting
+
+
+class FlakyBackend:
+    """A TCP service that answers ``SEND <id>`` with ``ERR <id>`` the first
+    `failures` times it sees an id, then ``OK <id>``; `failures` < 0: always
+    ``ERR``."""
+
+    def __init__(self, failures: int = 2) -> None:
+        self.failures = failures
+        self.seen: dict[str, int] = {}
+        self._server: asyncio.Server | None = None
+
+    @property
+    def address(self) -> tuple[str, int]:
+        assert self._server is not None
+        return self._server.sockets[0].getsockname()[:2]
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while line := await reader.readline():
+                ident = line.decode().split()[1]
+                n = self.seen[ident] = self.seen.get(ident, 0) + 1
+                ok = self.failures >= 0 and n > self.failures
+                writer.write(f"{'OK' if ok else 'ERR'} {ident}\n".encode())
+                await writer.drain()
+        except ConnectionError:
+            pass
+        finally:
+            writer.close()
+
+
+class BackendClient:
+    """One connection to the backend; ``send(id)`` raises RuntimeError on ERR."""
+
+    def __init__(self) -> None:
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._lock = asyncio.Lock()
+
+    async def connect(self, address: tuple[str, int]) -> None:
+        self._reader, self._writer = await asyncio.open_connection(*address)
+
+    async def send(self, ident: str) -> None:
+        assert self._reader is not None and self._writer is not None
+        async with self._lock:  # one request on the wire at a time
+            self._writer.write(f"SEND {ident}\n".encode())
+            reply = (await self._reader.readline()).decode().split()
+        if not reply or reply[0] != "OK":
+            raise RuntimeError(f"backend refused {ident}")
+
+    async def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            try:
+                await self._writer.wait_closed()
+            except ConnectionError:
+                pass
+
+
+async def demo() -> dict[str, Any]:
+    backend = FlakyBackend(failures=2)
+    await backend.start()
+    client = BackendClient()
+    await client.connect(backend.address)
+    queue = FailbackQueue(client.send, max_pending=100, base_delay=0.02)
+    for i in range(10):
+        await queue.invoke(f"r{i}")
+    while queue.stats["retried_ok"] < 10:
+        await asyncio.sleep(0.02)
+    await queue.close()
+    await client.close()
+    await backend.close()
+    return queue.stats
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--demo", action="store_true", help="run the demo and exit")
+    args = parser.parse_args(argv)
+    if not args.demo:
+        parser.print_help()
+        return 2
+    print(asyncio.run(demo()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,179 @@
+"""examples/heartbeat.py and examples/failback.py over real loopback
+sockets, on asyncio and uvloop."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+from conftest import EXAMPLES, load_example
+
+import hwtimer
+
+heartbeat = load_example("heartbeat")
+failback = load_example("failback")
+
+PERIOD = 0.05
+
+
+async def _until(condition: Any, timeout: float = 20.0) -> None:
+    async def poll() -> None:
+        while not condition():
+            await asyncio.sleep(0.01)
+
+    await asyncio.wait_for(poll(), timeout)
+
+
+# ---- heartbeat ----
+
+
+def test_heartbeat_keeps_a_healthy_connection_open(run) -> None:
+    async def main() -> None:
+        server = heartbeat.HeartbeatServer(timeout=10 * PERIOD)
+        await server.start()
+        client = heartbeat.HeartbeatClient(PERIOD)
+        await client.connect(server.address)
+        await _until(lambda: client.pongs >= 30)  # 30 periods, 3 timeouts long
+        assert client.closed_by_server is None
+        assert server.stats["closed_dead"] == 0
+        assert server.stats["heartbeats"] >= 30
+        await client.close()
+        await server.close()
+
+    run(main)
+
+
+def test_heartbeat_server_closes_a_connection_whose_heartbeat_stops(run) -> None:
+    async def main() -> None:
+        timer = hwtimer.HashedWheelTimer(0.01)
+        try:
+            server = heartbeat.HeartbeatServer(timeout=4 * PERIOD, timer=timer)
+            await server.start()
+            healthy = heartbeat.HeartbeatClient(PERIOD, timer=timer)
+            hung = heartbeat.HeartbeatClient(PERIOD, timer=timer)
+            await healthy.connect(server.address)
+            await hung.connect(server.address)
+            await _until(lambda: hung.pongs >= 3)
+            hung.stop_heartbeat()
+            stopped = asyncio.get_running_loop().time()
+            await asyncio.wait_for(hung.wait_closed(), 20)
+            # never before the timeout after its last heartbeat
+            assert asyncio.get_running_loop().time() - stopped >= 4 * PERIOD - 2 * PERIOD
+            assert hung.closed_by_server == "BYE heartbeat"
+            assert server.stats["closed_dead"] == 1
+            n = healthy.pongs
+            await _until(lambda: healthy.pongs >= n + 5)
+            assert healthy.closed_by_server is None
+            await healthy.close()
+            await hung.close()
+            await server.close()
+            await _until(lambda: timer.pending_timeouts() == 0)
+        finally:
+            timer.stop()
+
+    run(main)
+
+
+def test_heartbeat_client_sends_on_a_fixed_grid(run) -> None:
+    async def main() -> None:
+        server = heartbeat.HeartbeatServer(timeout=1.0)
+        await server.start()
+        client = heartbeat.HeartbeatClient(PERIOD)
+        await client.connect(server.address)
+        ping = client._heartbeat
+        first = ping.deadline
+        await _until(lambda: client.pongs >= 5)
+        # the periodic timeout's next deadline is a point of its grid
+        k = (ping.deadline - first) / PERIOD
+        assert k == pytest.approx(round(k), abs=1e-6) and k >= 4
+        await client.close()
+        assert ping.is_cancelled()
+        await server.close()
+
+    run(main)
+
+
+# ---- failback ----
+
+
+async def _backend(failures: int) -> tuple[Any, Any]:
+    backend = failback.FlakyBackend(failures=failures)
+    await backend.start()
+    client = failback.BackendClient()
+    await client.connect(backend.address)
+    return backend, client
+
+
+def test_failback_retries_with_exponential_backoff_until_ok(run) -> None:
+    async def main() -> None:
+        backend, client = await _backend(failures=3)
+        queue = failback.FailbackQueue(client.send, base_delay=0.02, max_delay=1.0)
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        assert await queue.invoke("a") is False  # failed, queued
+        await _until(lambda: queue.stats["retried_ok"] == 1)
+        # three failures: retries after 0.02, 0.04, then 0.08 s: 0.14 s at least
+        assert loop.time() - began >= 0.14 - 0.01
+        assert backend.seen["a"] == 4
+        assert queue.stats["retries"] == 3
+        assert await queue.invoke("a") is True  # the backend takes it now
+        assert queue.pending == 0
+        assert await queue.close() == []
+        await client.close()
+        await backend.close()
+
+    run(main)
+
+
+def test_failback_delays_double_and_are_capped() -> None:
+    queue = failback.FailbackQueue(lambda r: None, base_delay=0.1, max_delay=0.5)
+    try:
+        assert [queue.delay(i) for i in range(5)] == [0.1, 0.2, 0.4, 0.5, 0.5]
+    finally:
+        queue.timer.stop()
+
+
+def test_failback_queue_is_bounded_by_max_pending_timeouts(run) -> None:
+    async def main() -> None:
+        backend, client = await _backend(failures=-1)  # always fails
+        queue = failback.FailbackQueue(client.send, max_pending=3, base_delay=30)
+        assert queue.timer.max_pending_timeouts == 3
+        for i in range(5):
+            assert await queue.invoke(f"r{i}") is False
+        assert queue.pending == 3
+        assert queue.stats["dropped"] == 2
+        assert sorted(await queue.close()) == ["r0", "r1", "r2"]
+        await client.close()
+        await backend.close()
+
+    run(main)
+
+
+def test_failback_gives_up_after_max_retries(run) -> None:
+    async def main() -> None:
+        backend, client = await _backend(failures=-1)
+        queue = failback.FailbackQueue(client.send, base_delay=0.01, max_retries=3)
+        await queue.invoke("x")
+        await _until(lambda: queue.stats["gave_up"] == 1)
+        assert queue.stats["retries"] == 3 and backend.seen["x"] == 4
+        assert queue.pending == 0
+        await queue.close()
+        await client.close()
+        await backend.close()
+
+    run(main)
+
+
+@pytest.mark.parametrize("name", ["heartbeat", "failback"])
+def test_demo_runs(name: str) -> None:
+    out = subprocess.run(
+        [sys.executable, str(EXAMPLES / f"{name}.py"), "--demo"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "{" in out.stdout

@@ -1,0 +1,661 @@
+"""Re-arming and periodic timeouts: Timeout.reset(), new_periodic() and
+call_every(), on the real timer.
+
+Periods are short and bounds generous: a run is checked against its own
+grid point (never early, never at an old deadline), never against a
+tight wall-clock window.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import random
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from conftest import DEADLINE, Counter, wait_for
+
+import hwtimer
+
+# time.monotonic() and the core read the same clock; a float's rounding
+# may put a reading a hair before a deadline computed from the same ns.
+EPS = 1e-6
+
+
+class Runs:
+    """A periodic task that records each run: start, end, deadline; can
+    sleep in chosen runs and tracks how many runs overlap."""
+
+    def __init__(self, sleeps: dict[int, float] | None = None) -> None:
+        self.lock = threading.Lock()
+        self.starts: list[float] = []
+        self.ends: list[float] = []
+        self.deadlines: list[float] = []
+        self.sleeps = sleeps or {}
+        self.active = 0
+        self.max_active = 0
+
+    def __call__(self, timeout: hwtimer.Timeout) -> None:
+        start = time.monotonic()
+        with self.lock:
+            k = len(self.starts)
+            self.starts.append(start)
+            self.deadlines.append(timeout.deadline)
+            self.active += 1
+            self.max_active = max(self.max_active, self.active)
+        time.sleep(self.sleeps.get(k, 0))
+        with self.lock:
+            self.active -= 1
+            self.ends.append(time.monotonic())
+
+    @property
+    def count(self) -> int:
+        return len(self.ends)
+
+    def wait(self, n: int) -> bool:
+        return wait_for(lambda: self.count >= n)
+
+    def check_never_early(self) -> None:
+        for start, deadline in zip(self.starts, self.deadlines):
+            assert start >= deadline - EPS
+
+
+def grid(first: float, period: float, deadline: float) -> float:
+    """Which grid point (k, as a float) `deadline` is."""
+    return (deadline - first) / period
+
+
+# ---- reset ----
+
+
+def test_reset_moves_the_deadline_and_runs_once_after_it(timer) -> None:
+    c = Counter()
+    t = timer.new_timeout(c, 0.05)
+    old = t.deadline
+    assert t.reset(0.3) is True
+    assert t.deadline > old + 0.2  # shown at once
+    new = t.deadline
+    assert c.wait(1)
+    assert c.times[0] >= new - EPS
+    time.sleep(0.1)
+    assert c.count == 1
+    assert t.is_expired()
+
+
+def test_reset_to_earlier(timer) -> None:
+    c = Counter()
+    t = timer.new_timeout(c, 30)
+    assert t.reset(0.02) is True
+    assert c.wait(1)
+    assert c.times[0] >= t.deadline - EPS
+
+
+def test_reset_of_expired_or_cancelled_is_false_and_changes_nothing(timer) -> None:
+    c = Counter()
+    t = timer.new_timeout(c, 0)
+    assert c.wait(1)
+    d = t.deadline
+    assert t.reset(1) is False
+    assert t.deadline == d
+    u = timer.new_timeout(c, 10)
+    assert u.cancel()
+    d = u.deadline
+    assert u.reset(0) is False
+    assert u.deadline == d and u.is_cancelled()
+    time.sleep(0.05)
+    assert c.count == 1
+
+
+def test_reset_inside_its_own_task_is_false(timer) -> None:
+    got = []
+    t = timer.new_timeout(lambda to: got.append(to.reset(0)), 0)
+    assert wait_for(lambda: got)
+    assert got == [False] and t.is_expired()
+
+
+def test_reset_keeps_the_pending_count(timer) -> None:
+    ts = [timer.new_timeout(lambda to: None, 10) for _ in range(5)]
+    for t in ts:
+        assert t.reset(20)
+    time.sleep(0.05)
+    assert timer.pending_timeouts() == 5
+    assert timer.stats()["scheduled"] == 5
+
+
+@pytest.mark.parametrize("bad", ["1", None, [], True])
+def test_reset_bad_delay_type_raises_and_changes_nothing(timer, bad) -> None:
+    t = timer.new_timeout(lambda to: None, 10)
+    d = t.deadline
+    with pytest.raises(TypeError):
+        t.reset(bad)
+    assert t.deadline == d
+    assert not t.is_cancelled() and not t.is_expired()
+
+
+def test_reset_nan_raises_and_changes_nothing(timer) -> None:
+    t = timer.new_timeout(lambda to: None, 10)
+    d = t.deadline
+    with pytest.raises(ValueError):
+        t.reset(float("nan"))
+    assert t.deadline == d
+
+
+def test_reset_accepts_what_new_timeout_accepts(timer) -> None:
+    import datetime
+
+    t = timer.new_timeout(lambda to: None, 10)
+    assert t.reset(datetime.timedelta(seconds=20))
+    assert t.reset(float("inf"))
+    assert t.deadline == float("inf")
+    assert t.reset(-5)  # the next tick
+    assert wait_for(t.is_expired)
+
+
+def test_reset_after_stop_is_false(make_timer) -> None:
+    timer = make_timer()
+    t = timer.new_timeout(lambda to: None, 10)
+    assert timer.stop() == [t]
+    assert t.reset(1) is False
+
+
+def test_reset_races_expiry_and_cancel_from_several_threads(make_timer) -> None:
+    """Go's guarantee: once reset() returned True, the task runs at most
+    once, at or after that new deadline; a cancel() that returned True
+    means it never runs."""
+    timer = make_timer(0.001, 64)
+    n_per_thread, threads = 150, 4
+    runs: dict[int, list[float]] = {}
+    lock = threading.Lock()
+    errors: list[str] = []
+
+    def task(to: hwtimer.Timeout) -> None:
+        now = time.monotonic()
+        with lock:
+            runs.setdefault(id(to), []).append(now)
+
+    def worker(seed: int) -> None:
+        rng = random.Random(seed)
+        mine = []
+        for _ in range(n_per_thread):
+            t = timer.new_timeout(task, rng.uniform(0, 0.004))
+            last_true = None
+            cancelled = False
+            for _ in range(rng.randrange(1, 4)):
+                time.sleep(rng.uniform(0, 0.003))
+                if rng.random() < 0.15:
+                    cancelled = t.cancel() or cancelled
+                elif t.reset(rng.uniform(0, 0.004)):
+                    last_true = t.deadline
+            mine.append((t, last_true, cancelled))
+        for t, _, _ in mine:
+            # expired is set when it falls due; its run follows on the
+            # dispatch thread
+            if not wait_for(lambda t=t: t.is_cancelled() or (t.is_expired() and id(t) in runs)):
+                errors.append(f"{t!r} neither ran nor was cancelled")
+        time.sleep(0.05)  # a second run, if there were one, would show
+        with lock:
+            for t, last_true, cancelled in mine:
+                got = runs.get(id(t), [])
+                if len(got) > 1:
+                    errors.append(f"{t!r} ran {len(got)} times")
+                if cancelled and got:
+                    errors.append(f"{t!r} ran although cancel() returned True")
+                if last_true is not None and got and got[0] < last_true - EPS:
+                    errors.append(f"{t!r} ran at {got[0]}, before its reset deadline {last_true}")
+                if not cancelled and not got and not t.is_cancelled():
+                    errors.append(f"{t!r} was lost")
+
+    ts = [threading.Thread(target=worker, args=(i,)) for i in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(60)
+    assert not errors, errors[:5]
+    assert wait_for(lambda: timer.pending_timeouts() == 0)
+
+
+def test_reset_of_a_call_later_handle() -> None:
+    async def main() -> list[float]:
+        timer = hwtimer.HashedWheelTimer(0.01)
+        try:
+            loop = asyncio.get_running_loop()
+            got: list[float] = []
+            h = timer.call_later(0.02, lambda: got.append(time.monotonic()))
+            assert h.reset(0.15)
+            deadline = h.deadline
+            while not got:
+                await asyncio.sleep(0.01)
+            assert got[0] >= deadline - EPS
+            assert loop.time() >= 0
+            await asyncio.sleep(0.05)
+            assert len(got) == 1
+            return got
+        finally:
+            timer.stop()
+
+    asyncio.run(main())
+
+
+# ---- new_periodic ----
+
+
+def test_periodic_runs_on_a_fixed_grid_without_drift(timer) -> None:
+    # burst: every grid point runs, however late a busy machine makes it
+    runs = Runs()
+    before = time.monotonic()
+    p = timer.new_periodic(runs, 0.02, missed="burst")
+    after = time.monotonic()
+    first = p.deadline
+    assert before + 0.02 - EPS <= first <= after + 0.02 + EPS
+    assert runs.wait(20)
+    p.cancel()
+    runs.check_never_early()
+    for k, d in enumerate(runs.deadlines[:20]):
+        assert grid(first, 0.02, d) == pytest.approx(k, abs=1e-6)  # no drift
+    assert not p.is_expired()
+    assert runs.max_active == 1
+
+
+def test_skipping_periodic_stays_on_its_grid(timer) -> None:
+    runs = Runs()
+    p = timer.new_periodic(runs, 0.02)
+    first = p.deadline
+    assert runs.wait(10)
+    p.cancel()
+    runs.check_never_early()
+    ks = [grid(first, 0.02, d) for d in runs.deadlines]
+    assert ks[0] == pytest.approx(0, abs=1e-6)
+    for a, b in zip(ks, ks[1:]):
+        assert b == pytest.approx(round(b), abs=1e-6) and round(b) > round(a)
+
+
+def test_periodic_delay_and_deadline_of_next_run(timer) -> None:
+    runs = Runs()
+    p = timer.new_periodic(runs, 10, delay=0.01)
+    assert runs.wait(1)
+    assert wait_for(lambda: p.deadline == pytest.approx(runs.deadlines[0] + 10, abs=1e-6))
+    assert timer.pending_timeouts() == 1
+    assert not p.is_expired() and not p.is_cancelled()
+
+
+def test_periodic_counts_once_in_pending_and_stats(timer) -> None:
+    runs = Runs()
+    p = timer.new_periodic(runs, 0.01)
+    assert runs.wait(5)
+    s = timer.stats()
+    assert timer.pending_timeouts() == 1 and s["pending"] == 1
+    assert s["scheduled"] == 1 and s["expired"] == 0
+    assert p.cancel()
+    assert wait_for(lambda: timer.pending_timeouts() == 0)
+    assert wait_for(lambda: timer.stats()["cancelled"] == 1)
+
+
+def test_periodic_counts_once_against_max_pending(make_timer) -> None:
+    timer = make_timer(max_pending_timeouts=2)
+    runs = Runs()
+    timer.new_periodic(runs, 0.01)
+    timer.new_timeout(lambda to: None, 10)
+    with pytest.raises(hwtimer.RejectedExecutionError):
+        timer.new_periodic(runs, 0.01)
+    assert runs.wait(10)  # its runs are not schedules: nothing rejected
+    assert timer.stats()["rejected"] == 1
+    assert timer.pending_timeouts() == 2
+
+
+def test_cancel_stops_a_periodic_and_no_run_starts_after(timer) -> None:
+    runs = Runs()
+    p = timer.new_periodic(runs, 0.005)
+    assert runs.wait(3)
+    assert p.cancel() is True
+    n = len(runs.starts)
+    time.sleep(0.1)
+    assert len(runs.starts) == n
+    assert p.cancel() is False
+    assert p.is_cancelled() and not p.is_expired()
+    assert p.reset(0) is False
+    assert wait_for(lambda: timer.pending_timeouts() == 0)
+
+
+def test_cancel_from_inside_its_run(timer) -> None:
+    got = []
+
+    def task(to: hwtimer.Timeout) -> None:
+        got.append(1)
+        if len(got) == 3:
+            assert to.cancel() is True
+
+    timer.new_periodic(task, 0.005)
+    assert wait_for(lambda: len(got) == 3)
+    time.sleep(0.1)
+    assert len(got) == 3
+    assert wait_for(lambda: timer.pending_timeouts() == 0)
+
+
+def test_cancel_during_a_run_from_another_thread(timer) -> None:
+    started = threading.Event()
+    release = threading.Event()
+    got = []
+
+    def task(to: hwtimer.Timeout) -> None:
+        got.append(1)
+        started.set()
+        release.wait(DEADLINE)
+
+    p = timer.new_periodic(task, 0.005)
+    assert started.wait(DEADLINE)
+    assert p.cancel() is True  # while it runs
+    release.set()
+    time.sleep(0.1)
+    assert got == [1]
+    assert wait_for(lambda: timer.pending_timeouts() == 0)
+
+
+def test_exception_ends_a_periodic(timer, caplog) -> None:
+    got = []
+
+    def task(to: hwtimer.Timeout) -> None:
+        got.append(1)
+        if len(got) == 3:
+            raise ValueError("boom")
+
+    with caplog.at_level(logging.WARNING, logger="hwtimer"):
+        p = timer.new_periodic(task, 0.005)
+        assert wait_for(p.is_expired)
+    time.sleep(0.05)
+    assert len(got) == 3
+    assert not p.is_cancelled() and p.cancel() is False
+    s = timer.stats()
+    assert s["expired"] == 1 and s["task_errors"] == 1 and s["pending"] == 0
+    assert any("boom" in str(r.exc_info[1]) for r in caplog.records if r.exc_info)
+
+
+def test_stop_returns_a_waiting_periodic(make_timer) -> None:
+    timer = make_timer()
+    runs = Runs()
+    p = timer.new_periodic(runs, 10)
+    assert timer.stop() == [p]
+    assert p.is_cancelled()
+    assert timer.pending_timeouts() == 0
+
+
+def test_stop_returns_a_periodic_in_its_run_and_none_starts_after(make_timer) -> None:
+    timer = make_timer()
+    started = threading.Event()
+    runs = Runs(sleeps={0: 0.2})
+
+    def task(to: hwtimer.Timeout) -> None:
+        started.set()
+        runs(to)
+
+    p = timer.new_periodic(task, 0.01)
+    assert started.wait(DEADLINE)
+    left = timer.stop()  # waits for the run
+    assert left == [p]
+    assert p.is_cancelled()
+    n = len(runs.starts)
+    time.sleep(0.05)
+    assert len(runs.starts) == n == 1
+    assert timer.pending_timeouts() == 0
+    assert timer.stop() == []
+
+
+def test_periodic_runs_never_overlap_with_an_executor(make_timer) -> None:
+    with ThreadPoolExecutor(4) as pool:
+        timer = make_timer(executor=pool)
+        runs = Runs(sleeps={k: 0.03 for k in range(6)})
+        p = timer.new_periodic(runs, 0.005, missed="burst")
+        assert runs.wait(8)
+        p.cancel()
+        assert runs.max_active == 1
+        runs.check_never_early()
+        timer.stop()
+
+
+def test_reset_of_a_periodic_moves_the_next_run_and_the_grid(timer) -> None:
+    runs = Runs()
+    p = timer.new_periodic(runs, 0.02, missed="burst")
+    assert runs.wait(2)
+    assert p.reset(0.2)
+    moved = p.deadline
+    n = len(runs.starts)
+    assert runs.wait(n + 3)
+    p.cancel()
+    after = [d for d in runs.deadlines if d >= moved - EPS]
+    assert after[0] == pytest.approx(moved, abs=1e-6)
+    for k, d in enumerate(after[:3]):
+        assert grid(moved, 0.02, d) == pytest.approx(k, abs=1e-6)
+    runs.check_never_early()
+
+
+def test_reset_inside_a_periodic_run_moves_its_next_run(timer) -> None:
+    runs = Runs()
+
+    def task(to: hwtimer.Timeout) -> None:
+        runs(to)
+        if len(runs.starts) == 2:
+            assert to.reset(0.15) is True
+
+    p = timer.new_periodic(task, 0.01)
+    assert runs.wait(3)
+    p.cancel()
+    assert runs.deadlines[2] - runs.starts[1] >= 0.15 - 0.01
+    runs.check_never_early()
+
+
+# ---- missed runs ----
+
+P = 0.05  # period of the missed-run tests; run 1 takes 3.4 periods
+
+
+def missed_runs(timer, missed: str) -> tuple[Runs, float]:
+    runs = Runs(sleeps={1: 3.4 * P})
+    p = timer.new_periodic(runs, P, missed=missed)
+    first = p.deadline
+    assert runs.wait(6)
+    p.cancel()
+    runs.check_never_early()
+    assert runs.max_active == 1
+    return runs, first
+
+
+def test_missed_skip_keeps_the_grid_and_drops_missed_runs(timer) -> None:
+    runs, first = missed_runs(timer, "skip")
+    ks = [grid(first, P, d) for d in runs.deadlines]
+    for k in ks:
+        assert k == pytest.approx(round(k), abs=1e-6)  # all on the grid
+    assert ks[0] == pytest.approx(0, abs=1e-6)
+    # the next is the first grid point after run 1 ended: the 3 or more
+    # points it overran are skipped
+    assert runs.deadlines[2] > runs.ends[1]
+    assert runs.deadlines[2] - P <= runs.ends[1] + EPS
+    assert round(ks[2]) >= round(ks[1]) + 4
+    assert round(ks[3]) > round(ks[2])
+
+
+def test_missed_delay_runs_once_now_and_restarts_the_grid(timer) -> None:
+    runs, first = missed_runs(timer, "delay")
+    # once now: right after run 1 ended, off the old grid
+    assert runs.starts[2] - runs.ends[1] < 0.5
+    assert runs.deadlines[2] <= runs.ends[1] + 0.02
+    # then the grid restarts from that run's start
+    assert runs.deadlines[3] == pytest.approx(runs.starts[2] + P, abs=0.02)
+    assert runs.deadlines[4] >= runs.deadlines[3] + P - EPS
+
+
+def test_missed_burst_runs_every_missed_deadline_back_to_back(timer) -> None:
+    runs, first = missed_runs(timer, "burst")
+    ks = [grid(first, P, d) for d in runs.deadlines]
+    assert ks[:6] == pytest.approx([0, 1, 2, 3, 4, 5], abs=1e-6)  # none dropped
+    # the missed ones (2, 3, 4) start back to back after run 1
+    for j in (2, 3, 4):
+        assert runs.starts[j] - runs.ends[j - 1] < 0.5
+        assert runs.starts[j] >= runs.ends[1] - EPS
+
+
+def test_late_timer_skip_does_not_run_missed_deadlines(make_timer) -> None:
+    """A dispatch thread held up by another task: the timer is late by
+    periods; skip then runs the due one once, not every missed one."""
+    timer = make_timer()
+    runs = Runs()
+    timer.new_timeout(lambda to: time.sleep(0.25), 0.03)
+    p = timer.new_periodic(runs, 0.02, delay=0.04)
+    first = p.deadline
+    assert runs.wait(4)
+    p.cancel()
+    ks = [round(grid(first, 0.02, d)) for d in runs.deadlines]
+    assert ks[0] == 0 and ks[1] >= 10  # 1..9 were missed and dropped
+
+
+# ---- bad input ----
+
+
+@pytest.mark.parametrize(
+    "kwargs, exc",
+    [
+        ({"period": 0}, ValueError),
+        ({"period": -1}, ValueError),
+        ({"period": float("nan")}, ValueError),
+        ({"period": "1"}, TypeError),
+        ({"period": None}, TypeError),
+        ({"period": 1, "missed": "bogus"}, ValueError),
+        ({"period": 1, "missed": 1}, ValueError),
+        ({"period": 1, "delay": "x"}, TypeError),
+        ({"period": 1, "delay": float("nan")}, ValueError),
+    ],
+)
+def test_new_periodic_bad_input_schedules_nothing(timer, kwargs, exc) -> None:
+    with pytest.raises(exc):
+        timer.new_periodic(lambda to: None, **kwargs)
+    assert timer.pending_timeouts() == 0
+    assert timer.stats()["scheduled"] == 0
+
+
+def test_new_periodic_task_must_be_callable(timer) -> None:
+    with pytest.raises(TypeError):
+        timer.new_periodic(None, 1)
+    with pytest.raises(TypeError):
+        timer.new_periodic(lambda to: None, 1, 2)  # delay is keyword-only
+    assert timer.stats()["scheduled"] == 0
+
+
+def test_new_periodic_after_stop(make_timer) -> None:
+    timer = make_timer()
+    timer.stop()
+    with pytest.raises(RuntimeError):
+        timer.new_periodic(lambda to: None, 1)
+
+
+# ---- call_every ----
+
+
+def test_call_every_runs_in_the_loop_thread_with_args_and_context(timer) -> None:
+    var: contextvars.ContextVar[str] = contextvars.ContextVar("var", default="unset")
+
+    async def main() -> None:
+        got: list[tuple[object, str, int]] = []
+        var.set("mine")
+        loop_thread = threading.get_ident()
+
+        def cb(x: object) -> None:
+            got.append((x, var.get(), threading.get_ident()))
+
+        h = timer.call_every(0.01, cb, "a", delay=0)
+        first = h.deadline
+        while len(got) < 5:
+            await asyncio.sleep(0.005)
+        assert h.cancel()
+        n = len(got)
+        await asyncio.sleep(0.05)
+        assert len(got) == n
+        assert all(g == ("a", "mine", loop_thread) for g in got)
+        assert h.deadline >= first
+
+    asyncio.run(main())
+    assert wait_for(lambda: timer.pending_timeouts() == 0)
+
+
+def test_call_every_missed_burst_in_the_loop(timer) -> None:
+    async def main() -> list[float]:
+        deadlines: list[float] = []
+        h = None
+
+        def cb() -> None:
+            deadlines.append(h.deadline)
+            if len(deadlines) == 2:
+                time.sleep(3.4 * P)  # blocks the loop
+
+        h = timer.call_every(P, cb, missed="burst")
+        first = h.deadline
+        while len(deadlines) < 6:
+            await asyncio.sleep(0.01)
+        h.cancel()
+        return [grid(first, P, d) for d in deadlines]
+
+    ks = asyncio.run(main())
+    assert ks[:6] == pytest.approx([0, 1, 2, 3, 4, 5], abs=1e-6)
+
+
+def test_call_every_error_is_reported_and_ends_it(timer) -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        reported = []
+        loop.set_exception_handler(lambda loop, ctx: reported.append(ctx))
+        got = []
+
+        def cb() -> None:
+            got.append(1)
+            raise RuntimeError("bad")
+
+        h = timer.call_every(0.01, cb, delay=0)
+        while not reported:
+            await asyncio.sleep(0.005)
+        await asyncio.sleep(0.05)
+        assert len(got) == 1 and h.is_expired()
+        assert isinstance(reported[0]["exception"], RuntimeError)
+
+    asyncio.run(main())
+    assert timer.pending_timeouts() == 0
+
+
+def test_call_every_bad_input(timer) -> None:
+    async def main() -> None:
+        with pytest.raises(ValueError):
+            timer.call_every(0, lambda: None)
+        with pytest.raises(TypeError):
+            timer.call_every("1", lambda: None)
+        with pytest.raises(ValueError):
+            timer.call_every(1, lambda: None, missed="late")
+        with pytest.raises(TypeError):
+            timer.call_every(1, None)
+        with pytest.raises(TypeError):
+            timer.call_every(1, lambda: None, bogus=1)
+        with pytest.raises(TypeError):
+            timer.call_later(1, lambda: None, missed="skip")  # call_every's only
+
+    asyncio.run(main())
+    assert timer.stats()["scheduled"] == 0
+
+
+def test_call_every_needs_a_loop(timer) -> None:
+    with pytest.raises(RuntimeError):
+        timer.call_every(1, lambda: None)
+
+
+def test_call_every_of_a_closed_loop_is_let_go(timer) -> None:
+    loop = asyncio.new_event_loop()
+    got = []
+    timer.call_every(0.01, got.append, 1, loop=loop, delay=0)
+    loop.run_until_complete(asyncio.sleep(0.1))
+    loop.close()
+    assert got
+    # a timeout for another loop purges the closed loop's sink
+    loop2 = asyncio.new_event_loop()
+    try:
+        timer.call_later(10, lambda: None, loop=loop2).cancel()
+        assert wait_for(lambda: timer.pending_timeouts() == 0)
+    finally:
+        loop2.close()
