@@ -1012,10 +1012,9 @@ static void wake_for(hwt_timer *t, int64_t deadline)
         wake_worker(t);
 }
 
-/* Re-arms `to` at `deadline`, under cancel_lock.
-   Returns 1 (re-armed), 0 (final: nothing changed), or -1 (ENOMEM); sets
-   *queued when the worker must relink it. */
-static int reset_locked(hwt_timer *t, hwt_timeout *to, int64_t deadline, bool *queued)
+/* Re-arms `to` at `deadline`, under cancel_lock.  Returns 1 (re-armed),
+   0 (final: nothing changed), or -1 (ENOMEM). */
+static int reset_locked(hwt_timer *t, hwt_timeout *to, int64_t deadline)
 {
     uint32_t s = atomic_load(&to->state);
     for (;;) {
@@ -1041,10 +1040,8 @@ static int reset_locked(hwt_timer *t, hwt_timeout *to, int64_t deadline, bool *q
             break;
     }
     set_deadline(to, deadline);
-    if (s == HWT_INIT) {
+    if (s == HWT_INIT) /* the worker relinks it at its next tick */
         t->cancels[t->ncancels++] = (hwt_timeout *)((uintptr_t)to | RESET_TAG);
-        *queued = true;
-    }
     return 1;
 }
 
@@ -1054,12 +1051,12 @@ int hwt_timeout_reset(hwt_timeout *to, int64_t delay_ns)
     if (is_final(atomic_load_explicit(&to->state, memory_order_relaxed)))
         return 0;
     int64_t deadline = deadline_after(now_rel(t), delay_ns);
-    bool queued = false;
     pthread_mutex_lock(&t->cancel_lock);
     /* once stop() has closed the queue, what it sweeps is not pending */
-    int r = t->cancel_closed ? 0 : reset_locked(t, to, deadline, &queued);
+    int r = t->cancel_closed ? 0 : reset_locked(t, to, deadline);
     pthread_mutex_unlock(&t->cancel_lock);
-    if (queued)
+    /* also when a reset queued earlier still waits: this one may be sooner */
+    if (r == 1)
         wake_for(t, deadline);
     return r;
 }
@@ -1108,6 +1105,7 @@ int hwt_timeout_rearm(hwt_timeout *to, int64_t start, int64_t end)
     pthread_mutex_lock(&t->cancel_lock);
     uint32_t s = atomic_load(&to->state);
     int r = HWT_OK;
+    int64_t next = 0;
     if (s == HWT_CANCELLED || t->cancel_closed) {
         /* a cancel during the run, or stop(), which did not see it */
         atomic_store(&to->state, HWT_CANCELLED);
@@ -1123,13 +1121,14 @@ int hwt_timeout_rearm(hwt_timeout *to, int64_t start, int64_t end)
     if (r == HWT_OK) {
         /* pushed under the lock: stop() closes the stack only after it
            has set cancel_closed, so it is open, and stop() will sweep it */
+        next = hwt_timeout_deadline(to); /* once pushed, it is the worker's */
         to->link.prev = NULL;
         atomic_store(&to->state, HWT_INIT);
         push_new(t, to);
     }
     pthread_mutex_unlock(&t->cancel_lock);
     if (r == HWT_OK)
-        wake_for(t, hwt_timeout_deadline(to));
+        wake_for(t, next);
     return r;
 }
 

@@ -659,3 +659,15 @@ def test_call_every_of_a_closed_loop_is_let_go(timer) -> None:
         assert wait_for(lambda: timer.pending_timeouts() == 0)
     finally:
         loop2.close()
+
+
+def test_second_reset_to_sooner_wakes_a_sleeping_worker(make_timer) -> None:
+    timer = make_timer(0.01, 1024)  # a turn of 10 s: nothing wakes it before 8 s
+    c = Counter()
+    t = timer.new_timeout(c, 8)
+    time.sleep(2.5)  # idle long enough that the worker blocks until the 8 s tick
+    assert t.reset(9)  # later: no need to wake it
+    assert t.reset(0.05)  # sooner, before the worker saw the first reset
+    began = time.monotonic()
+    assert c.wait(1, timeout=4)  # not at the 8 s tick, 5.5 s away
+    assert c.times[0] - began < 4
