@@ -17,7 +17,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from conftest import DEADLINE, Counter, wait_for
+from conftest import DEADLINE, Counter, collect_until, wait_for
 
 import hwtimer
 
@@ -671,3 +671,73 @@ def test_second_reset_to_sooner_wakes_a_sleeping_worker(make_timer) -> None:
     began = time.monotonic()
     assert c.wait(1, timeout=4)  # not at the 8 s tick, 5.5 s away
     assert c.times[0] - began < 4
+
+
+def test_periodic_with_an_executor_ends_on_an_exception(make_timer) -> None:
+    with ThreadPoolExecutor(2) as pool:
+        timer = make_timer(executor=pool)
+        got = []
+
+        def task(to: hwtimer.Timeout) -> None:
+            got.append(threading.current_thread().name)
+            if len(got) == 3:
+                raise ValueError("boom")
+
+        p = timer.new_periodic(task, 0.005)
+        assert wait_for(p.is_expired)
+        time.sleep(0.05)
+        assert len(got) == 3
+        assert all("dispatch" not in name for name in got)  # ran in the pool
+        assert wait_for(lambda: timer.pending_timeouts() == 0)
+        assert timer.stats()["task_errors"] == 1
+        timer.stop()
+
+
+def test_reset_of_a_periodic_from_another_thread_during_its_run(timer) -> None:
+    started = threading.Event()
+    release = threading.Event()
+    runs = Runs()
+
+    def task(to: hwtimer.Timeout) -> None:
+        runs(to)
+        if len(runs.starts) == 1:
+            started.set()
+            release.wait(DEADLINE)
+
+    p = timer.new_periodic(task, 0.01)
+    assert started.wait(DEADLINE)
+    assert p.reset(0.3) is True  # while it runs: moves the next run
+    moved = p.deadline
+    release.set()
+    assert runs.wait(2)
+    p.cancel()
+    assert runs.deadlines[1] == pytest.approx(moved, abs=1e-6)
+    assert runs.starts[1] >= moved - EPS
+
+
+def test_an_ended_periodic_lets_go_of_its_task(timer) -> None:
+    import weakref
+
+    class Task:
+        def __call__(self, to: hwtimer.Timeout) -> None:
+            pass
+
+    task = Task()
+    ref = weakref.ref(task)
+    p = timer.new_periodic(task, 0.005)
+    del task
+    time.sleep(0.03)
+    assert p.cancel()
+    del p
+    assert collect_until(ref)
+
+
+def test_stop_returns_a_waiting_call_every(make_timer) -> None:
+    timer = make_timer()
+
+    async def main() -> None:
+        h = timer.call_every(10, lambda: None)
+        assert timer.stop() == [h]
+        assert h.is_cancelled()
+
+    asyncio.run(main())
