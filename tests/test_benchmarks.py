@@ -94,6 +94,7 @@ def test_floors_are_measured_in_the_same_run(tiny_run: tuple[dict, str, str]) ->
     pair, burst = res["pair"], res["burst"]
     assert is_summary(pair["ns_per_pair"]["floor: essential work"])
     assert is_summary(pair["vs_floor"]["hwtimer / floor: essential work"])
+    assert is_summary(pair["vs_floor_cpu"]["hwtimer / floor: essential work"])
     assert is_summary(burst["floor: C call-and-free loop"]["callbacks_per_s_first_to_last"])
     assert is_summary(burst["vs_floor"]["hwtimer run rate / limit"])
 
