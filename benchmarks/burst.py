@@ -205,7 +205,7 @@ def report(r: dict) -> list[str]:
         f"burst: {r['n']:,} timeouts due in one tick, median (min-max)",
         "callbacks/s from the deadline to the last callback, against asyncio's better way;",
         "first: first callback's lateness; run rate: first callback to last",
-        f"{'':<34}{'callbacks/s (M)':>20}{'vs asyncio':>11}{'first ms':>18}{'run rate (M)':>20}",
+        f"{'':<34}{'callbacks/s (M)':>20}{'vs asyncio':>11}{'first ms':>24}{'run rate (M)':>20}",
     ]
     for k, v in r.items():
         if not isinstance(v, dict) or "callbacks_per_s" not in v:
@@ -218,7 +218,7 @@ def report(r: dict) -> list[str]:
         vs_text = f"{vs['median']:.1f}x" if vs else ""
         lines.append(
             f"{k:<34}{fmt(rate, '.2f'):>20}{vs_text:>11}"
-            f"{fmt(v['first_late_ms'], '.1f'):>18}{fmt(run_rate, '.2f'):>20}"
+            f"{fmt(v['first_late_ms'], '.1f'):>24}{fmt(run_rate, '.2f'):>20}"
         )
     for k, v in r.get("vs_floor", {}).items():
         lines.append(f"{k}: {fmt(v, '.2f')}x")

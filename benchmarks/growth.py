@@ -122,13 +122,13 @@ def report(r: dict) -> list[str]:
     levels = list(r["hwtimer"]["ns_per_pair"])
     lines = [
         "schedule + cancel with timeouts pending: ns per pair, median (min-max)",
-        f"{'pending':<12}" + "".join(f"{k:>22}" for k in r),
+        f"{'pending':<12}" + "".join(f"{k:>24}" for k in r),
     ]
     for level in levels:
         cells = []
         for k in r:
             v = r[k]["ns_per_pair"].get(level)
-            cells.append(f"{fmt(v) if v else '-':>22}")
+            cells.append(f"{fmt(v) if v else '-':>24}")
         lines.append(f"{int(level):<12,}" + "".join(cells))
     lines.append("full gc.collect() (ms):")
     for k in r:

@@ -141,7 +141,8 @@ def block_floors(p: dict, b: dict, r: dict) -> str | None:
         f"{med(essential)} ns for the essential work alone and {med(calls)} ns for two no-op "
         f"C calls: **{both(pf['hwtimer / floor: essential work'], '.2f')}x the floor** "
         f"(target <= 1.2x), {med(pf['hwtimer / floor: two no-op C calls'], '.2f')}x the "
-        "bare calls;"
+        "bare calls; by CPU time, which leaves out what other processes took, "
+        f"{both(p['vs_floor_cpu']['hwtimer / floor: essential work'], '.2f')}x the floor;"
     )
     burst = (
         f"- burst: hwtimer runs {both(run_rate, '.2f')} million callbacks a second from the "

@@ -17,7 +17,7 @@ the figures whose runs disagree.  It writes
 ``benchmarks/results/growth.png``; ``--readme`` then rewrites the README's
 figures from them (``benchmarks/readme.py`` does that alone).
 
-``--quick`` uses smaller sizes (a few minutes instead of about fifteen);
+``--quick`` uses smaller sizes (about ten minutes instead of tens);
 ``--size tiny`` is a smoke test of every benchmark in seconds, whose figures
 mean nothing.
 

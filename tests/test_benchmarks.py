@@ -39,8 +39,8 @@ def is_summary(x: object, runs: int = REPEATS) -> bool:
     )
 
 
-def bench(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ)
+def bench(*args: str, timeout: float = 300, **env_vars: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, **env_vars)
     env.pop("PYTHONWARNINGS", None)
     return subprocess.run(
         [sys.executable, *args], capture_output=True, text=True, env=env, timeout=timeout
@@ -94,6 +94,7 @@ def test_floors_are_measured_in_the_same_run(tiny_run: tuple[dict, str, str]) ->
     pair, burst = res["pair"], res["burst"]
     assert is_summary(pair["ns_per_pair"]["floor: essential work"])
     assert is_summary(pair["vs_floor"]["hwtimer / floor: essential work"])
+    assert is_summary(pair["vs_floor_cpu"]["hwtimer / floor: essential work"])
     assert is_summary(burst["floor: C call-and-free loop"]["callbacks_per_s_first_to_last"])
     assert is_summary(burst["vs_floor"]["hwtimer run rate / limit"])
 
@@ -114,3 +115,16 @@ def test_readme_figures_come_from_results(tiny_run: tuple[dict, str, str], tmp_p
     assert "**Burst**: 5,000 timeouts due in the same tick" in text
     assert f"Each is the median of {REPEATS} runs" in text
     assert bench(generator, *args, "--check").returncode == 0
+
+
+def test_a_module_with_only_main_joins_the_run(tmp_path) -> None:
+    (tmp_path / "extra_bench.py").write_text(
+        'def main():\n    print("extra figure: 42")\n\n\nif __name__ == "__main__":\n    main()\n'
+    )
+    out = tmp_path / "out"
+    args = ["--module", "extra_bench", "--only", "extra_bench", "--out", str(out)]
+    proc = bench(os.path.join(BENCHMARKS, "run.py"), *args, PYTHONPATH=str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    assert "extra figure: 42" in proc.stdout
+    with open(out / "results.json") as f:
+        assert json.load(f)["results"] == {"extra_bench": {"output": "extra figure: 42\n"}}
