@@ -147,11 +147,21 @@ static void report_error(LoopSinkObject *self, PyObject *timeout)
 
 int hwtimer_loop_call(LoopTimeoutObject *to)
 {
-    if (PyContext_Enter(to->context) < 0)
+    /* Scope deadlines all carry the module's empty context, and a context
+       can be entered by one thread at a time: while one loop's expiry is
+       inside task.cancel() with the GIL released, another loop's would be
+       refused.  Each of them runs in an empty context of its own. */
+    PyObject *context = to->context == TIMER_OF(&to->base)->state->empty_context
+                            ? PyContext_New()
+                            : (Py_INCREF(to->context), to->context);
+    if (!context || PyContext_Enter(context) < 0) {
+        Py_XDECREF(context);
         return -1;
+    }
     PyObject *r = PyObject_Call(to->base.task, to->args, NULL);
-    if (PyContext_Exit(to->context) < 0)
+    if (PyContext_Exit(context) < 0)
         Py_CLEAR(r);
+    Py_DECREF(context);
     Py_XDECREF(r);
     return r ? 0 : -1;
 }
