@@ -227,8 +227,9 @@ extern PyType_Spec hwtimer_scope_spec;
 
 /* loopsink.c */
 extern PyType_Spec hwtimer_loop_sink_spec;
-/* Returns a borrowed LoopSinkObject delivering to `loop`, created and
-   registered with the loop on first use; NULL with an exception. */
+/* Returns the LoopSinkObject delivering to `loop` (a new reference),
+   created and registered with the loop on first use; NULL with an
+   exception. */
 LoopSinkObject *hwtimer_loop_sink_for(TimerObject *timer, PyObject *loop);
 /* Links a scheduled call_later() timeout into its sink's list. */
 void hwtimer_loop_sink_track(LoopTimeoutObject *to);

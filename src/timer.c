@@ -601,12 +601,19 @@ PyObject *hwtimer_call_every(TimerObject *self, int64_t delay, int64_t period_ns
     LoopSinkObject *sink;
     if (hwtimer_timer_start(self) < 0 || !(sink = hwtimer_loop_sink_for(self, loop)))
         return NULL;
+    /* Making the timeout releases what the worker handed back, which runs
+       Python: that can close the loop and its sink, hence our reference. */
     LoopTimeoutObject *to = (LoopTimeoutObject *)hwtimer_timeout_new(
         self, self->state->loop_timeout_type, &sink->sink, callback);
-    if (!to)
+    if (to && sink->closed) {
+        PyErr_SetString(PyExc_RuntimeError, "Event loop is closed");
+        Py_CLEAR(to);
+    }
+    if (!to) {
+        Py_DECREF(sink);
         return NULL;
-    Py_INCREF(sink);
-    to->sink = sink;
+    }
+    to->sink = sink; /* our reference moves there */
     Py_INCREF(args);
     to->args = args;
     to->context = context ? (Py_INCREF(context), context) : PyContext_CopyCurrent();

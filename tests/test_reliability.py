@@ -108,3 +108,106 @@ def test_scope_expiries_on_loops_in_many_threads(kind: str, cpu_load: None) -> N
     assert not any(t.is_alive() for t in threads)
     assert handler_calls == []
     assert all(o == ["timed out"] * nscopes for o in outcomes), outcomes
+
+
+# ---- 2. Python run while call_later() holds the loop's sink ----
+
+
+def test_call_later_survives_release_that_frees_its_sink() -> None:
+    # A released timeout's task, freed inside call_later(), closes the loop
+    # and makes another call_later() drop that loop's sink.
+    code = """
+    import asyncio, gc, sys, time
+    import hwtimer
+
+    timer = hwtimer.HashedWheelTimer(0.01)
+    loop1, loop2 = asyncio.new_event_loop(), asyncio.new_event_loop()
+    timer.call_later(100, print, loop=loop1).cancel()
+
+    class Closer:
+        def __call__(self, timeout):
+            pass
+        def __del__(self):
+            loop1.close()
+            timer.call_later(100, print, loop=loop2)  # purges loop1's sink
+            gc.collect()  # which is garbage now: the sink and its weakref
+
+    def spin(seconds):  # holds the GIL: the dispatch thread cannot release
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            pass
+
+    sys.setswitchinterval(100)
+    spin(1.5)  # loop1's cancelled timeout is processed...
+    timer.new_timeout(lambda t: None, 100).cancel()  # ...and released here
+    timer.new_timeout(Closer(), 100).cancel()
+    spin(1.5)  # this one is processed, not yet released
+    gc.collect()
+    try:
+        timer.call_later(0.01, print, loop=loop1)
+    except RuntimeError as e:
+        print("refused:", e)
+    else:
+        print("accepted")
+    sys.setswitchinterval(0.005)
+    time.sleep(0.1)
+    timer.stop()
+    loop2.close()
+    print("done")
+    """
+    proc = run_python(code, timeout=60, args=("-X", "dev"))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("refused:"), proc.stdout + proc.stderr
+    assert proc.stdout.endswith("done\n")
+
+
+# ---- 11. the loop-sink registry under concurrent call_later() ----
+
+
+def _eventfds() -> int:
+    n = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}") == "anon_inode:[eventfd]":
+                n += 1
+        except OSError:
+            pass
+    return n
+
+
+class SlowClosedLoop(asyncio.SelectorEventLoop):
+    """A loop whose is_closed() lets go of the GIL."""
+
+    def is_closed(self) -> bool:
+        time.sleep(0.05)
+        return super().is_closed()
+
+
+def test_concurrent_new_loops_keep_one_sink_each(
+    make_timer: Callable[..., hwtimer.HashedWheelTimer],
+) -> None:
+    timer = make_timer()
+    slow = SlowClosedLoop()
+    loops = [asyncio.new_event_loop() for _ in range(3)]
+    try:
+        before = _eventfds()
+        timer.call_later(100, print, loop=slow).cancel()
+
+        def schedule(loop: asyncio.AbstractEventLoop) -> None:
+            timer.call_later(100, print, loop=loop).cancel()
+
+        # several threads at once for each new loop, while the registry's
+        # purge lets go of the GIL
+        threads = [threading.Thread(target=schedule, args=(lp,)) for _ in range(3) for lp in loops]
+        for t in threads:
+            t.start()
+            time.sleep(0.005)
+        for t in threads:
+            t.join()
+        for lp in loops:  # each loop has its sink: nothing new is made
+            schedule(lp)
+        assert _eventfds() - before == 1 + len(loops)
+    finally:
+        timer.stop()
+        for lp in [slow, *loops]:
+            lp.close()
