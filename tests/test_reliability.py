@@ -161,6 +161,124 @@ def test_call_later_survives_release_that_frees_its_sink() -> None:
     assert proc.stdout.endswith("done\n")
 
 
+# ---- 3. fork while another thread waits in stop() ----
+
+FORK_PRELUDE = """
+    import os, signal, sys, threading, time, warnings
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+    import hwtimer
+
+    def wait_child(pid, timeout=30):
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                return os.waitstatus_to_exitcode(status)
+            time.sleep(0.01)
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        return "hang"
+"""
+
+
+def test_fork_while_another_thread_waits_in_stop(cpu_load: None) -> None:
+    code = (
+        FORK_PRELUDE
+        + """
+    timer = hwtimer.HashedWheelTimer(0.01)
+    pending = [timer.new_timeout(lambda t: None, 60) for _ in range(3)]
+    running = threading.Event()
+    def slow(t):
+        running.set()
+        time.sleep(1.0)
+    timer.new_timeout(slow, 0)
+    assert running.wait(10)
+    stopped = []
+    stopper = threading.Thread(target=lambda: stopped.append(timer.stop()))
+    stopper.start()
+    time.sleep(0.3)  # the stopper now waits for the slow task
+    pid = os.fork()
+    if pid == 0:
+        code = 0
+        try:
+            returned = timer.stop()
+            if sorted(map(id, returned)) != sorted(map(id, pending)):
+                code = 10
+            if timer.stop() != []:
+                code = 11
+        except BaseException:
+            import traceback
+            traceback.print_exc()
+            code = 12
+        os._exit(code)
+    status = wait_child(pid)
+    stopper.join(10)
+    assert status == 0, status
+    assert stopped == [[]] or len(stopped[0]) == 3, stopped
+    print("ok", flush=True)
+"""
+    )
+    for _ in range(2):
+        proc = run_python(code, timeout=90)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout == "ok\n"
+
+
+# ---- 4. and 6. stops that could never return ----
+
+
+def test_stops_that_wait_for_each_other_raise() -> None:
+    code = """
+    import threading, hwtimer
+    a, b = hwtimer.HashedWheelTimer(0.01), hwtimer.HashedWheelTimer(0.01)
+    both = threading.Barrier(2, timeout=10)
+    results = {}
+    def stopper(name, other):
+        def task(t):
+            both.wait()
+            try:
+                other.stop()
+                results[name] = "stopped"
+            except RuntimeError as e:
+                results[name] = "refused"
+        return task
+    a.new_timeout(stopper("a", b), 0)
+    b.new_timeout(stopper("b", a), 0)
+    import time
+    end = time.monotonic() + 20
+    while len(results) < 2 and time.monotonic() < end:
+        time.sleep(0.01)
+    a.stop(); b.stop()
+    print(sorted(results.values()))
+    """
+    proc = run_python(code, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "['refused', 'stopped']\n"
+
+
+def test_stop_on_own_dispatch_thread_outside_a_task_is_refused(
+    make_timer: Callable[..., hwtimer.HashedWheelTimer],
+) -> None:
+    timer = make_timer()
+    outcome: list[object] = []
+    done = threading.Event()
+
+    class Stopper:
+        def __call__(self, timeout: hwtimer.Timeout) -> None:
+            pass
+
+        def __del__(self) -> None:  # run on the dispatch thread, after the task
+            try:
+                outcome.append(timer.stop())
+            except RuntimeError as e:
+                outcome.append(e)
+            done.set()
+
+    timer.new_timeout(Stopper(), 0)
+    assert done.wait(DEADLINE)
+    assert len(outcome) == 1 and isinstance(outcome[0], RuntimeError), outcome
+
+
 # ---- 11. the loop-sink registry under concurrent call_later() ----
 
 
@@ -211,3 +329,32 @@ def test_concurrent_new_loops_keep_one_sink_each(
         timer.stop()
         for lp in [slow, *loops]:
             lp.close()
+
+
+# ---- 12. stop() can be interrupted ----
+
+
+def test_stop_is_interruptible() -> None:
+    code = """
+    import os, signal, threading, time
+    import hwtimer
+    timer = hwtimer.HashedWheelTimer(0.01)
+    pending = [timer.new_timeout(lambda t: None, 60) for _ in range(2)]
+    running = threading.Event()
+    def slow(t):
+        running.set()
+        time.sleep(3)
+    timer.new_timeout(slow, 0)
+    assert running.wait(10)
+    threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT)).start()
+    start = time.monotonic()
+    try:
+        timer.stop()
+    except KeyboardInterrupt:
+        print("interrupted", time.monotonic() - start < 2)
+    returned = timer.stop()
+    print(sorted(map(id, returned)) == sorted(map(id, pending)), timer.stop() == [])
+    """
+    proc = run_python(code, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "interrupted True\nTrue True\n"
