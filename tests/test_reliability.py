@@ -279,6 +279,64 @@ def test_stop_on_own_dispatch_thread_outside_a_task_is_refused(
     assert len(outcome) == 1 and isinstance(outcome[0], RuntimeError), outcome
 
 
+# ---- 5. an executor whose future fails ----
+
+
+class LateFailingExecutor:
+    """Accepts work, then fails it after submit() returned, as a process
+    pool does with what it cannot pickle."""
+
+    def submit(self, fn: Any, *args: Any) -> concurrent.futures.Future[Any]:
+        fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        threading.Timer(0.01, fut.set_exception, [TypeError("cannot pickle 'Timeout'")]).start()
+        return fut
+
+
+def test_executor_failure_after_submit_is_logged_and_counted(
+    make_timer: Callable[..., hwtimer.HashedWheelTimer], caplog: pytest.LogCaptureFixture
+) -> None:
+    timer = make_timer(executor=LateFailingExecutor())
+    with caplog.at_level(logging.WARNING, logger="hwtimer"):
+        timer.new_timeout(lambda t: None, 0)
+        assert wait_for(lambda: timer.stats()["task_errors"] == 1)
+        assert wait_for(lambda: len(caplog.records) == 1)
+    (record,) = caplog.records
+    assert record.name == "hwtimer" and record.exc_info is not None
+    assert isinstance(record.exc_info[1], TypeError)
+    assert timer.stats()["expired"] == 1
+
+
+def test_process_pool_failure_is_logged(
+    make_timer: Callable[..., hwtimer.HashedWheelTimer], caplog: pytest.LogCaptureFixture
+) -> None:
+    # A Timeout cannot be pickled: a process pool's future fails.
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(1, mp_context=context) as pool:
+        timer = make_timer(executor=pool)
+        with caplog.at_level(logging.WARNING, logger="hwtimer"):
+            timer.new_timeout(lambda t: None, 0)
+            assert wait_for(lambda: timer.stats()["task_errors"] == 1, timeout=60)
+        timer.stop()
+    assert any(r.exc_info for r in caplog.records)
+
+
+def test_executor_cancelled_future_is_logged(
+    make_timer: Callable[..., hwtimer.HashedWheelTimer], caplog: pytest.LogCaptureFixture
+) -> None:
+    class CancellingExecutor:
+        def submit(self, fn: Any, *args: Any) -> concurrent.futures.Future[Any]:
+            fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
+            threading.Timer(0.01, fut.cancel).start()
+            return fut
+
+    timer = make_timer(executor=CancellingExecutor())
+    with caplog.at_level(logging.WARNING, logger="hwtimer"):
+        timer.new_timeout(lambda t: None, 0)
+        assert wait_for(lambda: timer.stats()["task_errors"] == 1)
+
+
 # ---- 11. the loop-sink registry under concurrent call_later() ----
 
 
