@@ -719,6 +719,19 @@ PyObject *hwtimer_call_every(TimerObject *self, int64_t delay, int64_t period_ns
     return (PyObject *)to;
 }
 
+/* Refuses a closed `loop` as asyncio does: the sink of a loop the timer
+   has delivered to would take the callback and never run it.  Returns 0,
+   or -1 with RuntimeError. */
+static int refuse_closed_loop(PyObject *loop)
+{
+    PyObject *closed = PyObject_CallMethod(loop, "is_closed", NULL);
+    int is_closed = closed ? PyObject_IsTrue(closed) : -1;
+    Py_XDECREF(closed);
+    if (is_closed > 0)
+        PyErr_SetString(PyExc_RuntimeError, "Event loop is closed");
+    return is_closed ? -1 : 0;
+}
+
 /* Reads call_later()'s keywords (loop, context) and call_every()'s
    (also delay, missed) into `out` (borrowed, NULL when absent).  Returns
    0 or -1. */
@@ -779,6 +792,8 @@ static PyObject *loop_call(TimerObject *self, bool periodic, PyObject *const *ar
         loop = owned_loop = hwtimer_running_loop(self->state);
         if (!loop)
             return NULL;
+    } else if (refuse_closed_loop(loop) < 0) {
+        return NULL;
     }
     PyObject *cb_args = PyTuple_New(nargs - 2);
     if (!cb_args) {

@@ -337,6 +337,28 @@ def test_executor_cancelled_future_is_logged(
         assert wait_for(lambda: timer.stats()["task_errors"] == 1)
 
 
+# ---- 7. a closed loop the timer has delivered to ----
+
+
+@pytest.mark.parametrize("kind", LOOPS)
+def test_call_later_on_closed_known_loop_is_refused(
+    kind: str, make_timer: Callable[..., hwtimer.HashedWheelTimer]
+) -> None:
+    timer = make_timer()
+    loop = _new_loop(kind)
+
+    async def deliver() -> None:
+        fut = loop.create_future()
+        timer.call_later(0.01, fut.set_result, None)
+        await fut
+
+    loop.run_until_complete(deliver())
+    loop.close()
+    with pytest.raises(RuntimeError):
+        timer.call_later(0.01, print, loop=loop)
+    assert timer.pending_timeouts() == 0
+
+
 # ---- 11. the loop-sink registry under concurrent call_later() ----
 
 
