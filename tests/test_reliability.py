@@ -359,6 +359,22 @@ def test_call_later_on_closed_known_loop_is_refused(
     assert timer.pending_timeouts() == 0
 
 
+# ---- 8. a cancel counts at once ----
+
+
+def test_cancel_counts_at_once(make_timer: Callable[..., hwtimer.HashedWheelTimer]) -> None:
+    timer = make_timer(0.001, 512, max_pending_timeouts=1)
+    timer.new_timeout(lambda t: None, 0)  # the worker is up and lingering
+    time.sleep(0.1)
+    for _ in range(2000):
+        to = timer.new_timeout(lambda t: None, 60)  # never rejected
+        assert to.cancel()
+        assert timer.pending_timeouts() == 0
+    assert timer.stats()["rejected"] == 0
+    assert wait_for(lambda: timer.stats()["cancelled"] == 2000)
+    assert timer.stats()["pending"] == 0
+
+
 # ---- 11. the loop-sink registry under concurrent call_later() ----
 
 
