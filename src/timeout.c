@@ -81,9 +81,11 @@ void hwtimer_release_chain(hwt_timeout *node)
 double hwtimer_deadline_seconds(TimeoutObject *to)
 {
     int64_t deadline = hwt_timeout_deadline(&to->node);
-    if (deadline == HWT_NEVER)
+    int64_t start = hwt_timer_start_time(to->node.sink->timer);
+    /* a deadline within `start` of saturation is as far: never */
+    if (deadline == HWT_NEVER || deadline > HWT_NEVER - start)
         return Py_HUGE_VAL;
-    int64_t abs_ns = hwt_timer_start_time(to->node.sink->timer) + deadline;
+    int64_t abs_ns = start + deadline;
     /* as time.monotonic() turns its ns into seconds, so the two compare */
     if (abs_ns % 1000000000 == 0)
         return (double)(abs_ns / 1000000000);

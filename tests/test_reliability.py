@@ -375,6 +375,20 @@ def test_cancel_counts_at_once(make_timer: Callable[..., hwtimer.HashedWheelTime
     assert timer.stats()["pending"] == 0
 
 
+# ---- 9. deadlines just under saturation ----
+
+
+@pytest.mark.parametrize("delay", [9223372035, 9223372000, 9.223372e9, 9223372036])
+def test_deadline_saturates_to_inf(
+    delay: float, make_timer: Callable[..., hwtimer.HashedWheelTimer]
+) -> None:
+    timer = make_timer()
+    to = timer.new_timeout(lambda t: None, delay)
+    assert to.deadline == math.inf or to.deadline >= time.monotonic() + delay - 1
+    assert "never" in repr(to) or "later" in repr(to)
+    to.cancel()
+
+
 # ---- 11. the loop-sink registry under concurrent call_later() ----
 
 
