@@ -217,6 +217,7 @@ int hwtimer_timer_start(TimerObject *timer);
 typedef struct {
     PyObject_HEAD
     PyObject *value; /* owned */
+    bool enter;      /* value is a scope to enter when this is awaited */
 } DoneObject;
 
 /* hwtimer.TimeoutScope: asyncio.timeout() on the wheel. */
@@ -230,6 +231,7 @@ typedef struct {
     PyObject *handle;      /* owned: the deadline's Timeout or loop Handle */
     Py_ssize_t cancelling; /* the task's cancel requests on entering */
     double created_at;     /* loop.time() when made by _after(), else NaN */
+    int64_t created_ns;    /* and the monotonic clock then */
 } ScopeObject;
 
 extern PyType_Spec hwtimer_done_spec;

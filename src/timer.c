@@ -468,6 +468,10 @@ static PyObject *timer_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
             PyErr_SetString(PyExc_ValueError, "thread_name must not contain NUL");
             return NULL;
         }
+        if (len == 0) { /* a thread with no name in ps -T: say None for the default */
+            PyErr_SetString(PyExc_ValueError, "thread_name must not be empty (None: the default)");
+            return NULL;
+        }
     }
     if (executor != Py_None) {
         PyObject *submit = PyObject_GetAttrString(executor, "submit");

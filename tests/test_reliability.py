@@ -389,6 +389,56 @@ def test_deadline_saturates_to_inf(
     to.cancel()
 
 
+# ---- 10. a scope entered after it was made ----
+
+
+@pytest.mark.parametrize("kind", LOOPS)
+def test_scope_entered_late_expires_at_when(kind: str) -> None:
+    async def main() -> tuple[float, float, float]:
+        loop = asyncio.get_running_loop()
+        cm = hwtimer.timeout(0.3)
+        await asyncio.sleep(0.6)
+        entered = loop.time()
+        try:
+            async with cm:
+                await asyncio.sleep(5)
+        except TimeoutError:
+            pass
+        return cm.when(), entered, loop.time()
+
+    loop = _new_loop(kind)
+    try:
+        when, entered, expired = loop.run_until_complete(main())
+    finally:
+        loop.close()
+    assert expired >= when - 0.01
+    # fired at once on entry, as asyncio's does, not 0.3 s after it
+    assert expired - entered < 0.25, (when, entered, expired)
+
+
+@pytest.mark.parametrize("kind", LOOPS)
+def test_scope_entered_a_little_late_expires_at_when(kind: str) -> None:
+    async def main() -> tuple[float, float, float]:
+        loop = asyncio.get_running_loop()
+        cm = hwtimer.timeout(1.0)
+        await asyncio.sleep(0.5)
+        entered = loop.time()
+        try:
+            async with cm:
+                await asyncio.sleep(5)
+        except TimeoutError:
+            pass
+        return cm.when(), entered, loop.time()
+
+    loop = _new_loop(kind)
+    try:
+        when, entered, expired = loop.run_until_complete(main())
+    finally:
+        loop.close()
+    assert expired >= when - 0.01
+    assert expired - when < 0.35, (when, entered, expired)
+
+
 # ---- 11. the loop-sink registry under concurrent call_later() ----
 
 
@@ -468,3 +518,103 @@ def test_stop_is_interruptible() -> None:
     proc = run_python(code, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "interrupted True\nTrue True\n"
+
+
+# ---- 13. one rule per case ----
+
+
+@pytest.mark.parametrize("kind", LOOPS)
+def test_bool_and_nan_deadlines(kind: str) -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        for bad in (True, False):
+            with pytest.raises(TypeError):
+                hwtimer.timeout(bad)
+            with pytest.raises(TypeError):
+                hwtimer.timeout_at(bad)
+            with pytest.raises(TypeError):
+                await hwtimer.sleep(bad)
+            with pytest.raises(TypeError):
+                await hwtimer.wait_for(loop.create_future(), bad)
+        nan = float("nan")
+        with pytest.raises(ValueError):
+            hwtimer.timeout(nan)
+        with pytest.raises(ValueError):
+            hwtimer.timeout_at(nan)
+        with pytest.raises(ValueError):
+            await hwtimer.sleep(nan)
+        with pytest.raises(ValueError):
+            await hwtimer.wait_for(loop.create_future(), nan)
+        cm = hwtimer.timeout_at(loop.time() + 10)
+        async with cm:
+            with pytest.raises(ValueError):
+                cm.reschedule(nan)
+            with pytest.raises(TypeError):
+                cm.reschedule(True)
+            assert cm.when() is not None and cm.when() > loop.time()
+
+    loop = _new_loop(kind)
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
+
+
+def test_empty_thread_name_is_refused() -> None:
+    with pytest.raises(ValueError):
+        hwtimer.HashedWheelTimer(thread_name="")
+
+
+def test_negative_max_pending_means_no_limit(
+    make_timer: Callable[..., hwtimer.HashedWheelTimer],
+) -> None:
+    timer = make_timer(max_pending_timeouts=-3)
+    assert timer.max_pending_timeouts == 0
+    handles = [timer.new_timeout(lambda t: None, 60) for _ in range(10)]
+    assert timer.pending_timeouts() == 10
+    for h in handles:
+        h.cancel()
+
+
+# ---- 14. a scope binds when it is awaited ----
+
+
+@pytest.mark.parametrize("kind", LOOPS)
+def test_scope_binds_at_await_time(kind: str) -> None:
+    async def main() -> list[str]:
+        loop = asyncio.get_running_loop()
+        cm = hwtimer.timeout(10)
+        aw = cm.__aenter__()  # called in this task...
+        outcome: list[str] = []
+        done = loop.create_future()
+
+        def drive() -> None:  # ...awaited outside any task
+            try:
+                aw.send(None)
+            except StopIteration:
+                outcome.append("bound")
+            except RuntimeError:
+                outcome.append("refused")
+            done.set_result(None)
+
+        loop.call_soon(drive)
+        await done
+        # driven as a coroutine, inside a task, it enters
+        cm2 = hwtimer.timeout(10)
+        aw2 = cm2.__aenter__()
+        with pytest.raises(StopIteration) as info:
+            aw2.send(None)
+        assert info.value.value is cm2
+        await cm2.__aexit__(None, None, None)
+        # throw() and close() behave as on a coroutine that has not started
+        aw3 = hwtimer.timeout(10).__aenter__()
+        with pytest.raises(ValueError):
+            aw3.throw(ValueError("x"))
+        hwtimer.timeout(10).__aenter__().close()
+        return outcome
+
+    loop = _new_loop(kind)
+    try:
+        assert loop.run_until_complete(main()) == ["refused"]
+    finally:
+        loop.close()
