@@ -95,6 +95,9 @@ struct hwt_timer {
     hwt_timeout **cancels; /* owned, under cancel_lock */
     size_t ncancels, cancels_cap;
     bool cancel_closed;
+    /* written under cancel_lock by cancel() (and stop), read by stats():
+       on the cancellers' line, not the worker's */
+    _Atomic uint64_t cancelled;
 
     /* The worker's own (after it exits, stop's). */
     _Alignas(64) hwt_timeout **cancels_spare; /* owned: swapped with cancels */
@@ -104,9 +107,8 @@ struct hwt_timer {
     hwt_sink *batch_sinks;              /* sinks with a batch this tick */
     bool worked;                        /* the last run_due() did something */
     int64_t cancel_armed_at;            /* when the first cancel last could wake it */
-    /* written by the worker only (release), read by stats() (acquire);
-       `cancelled` is written under cancel_lock instead, by cancel() */
-    _Atomic uint64_t expired, cancelled, ticks, wakeups, max_expired;
+    /* written by the worker only (release), read by stats() (acquire) */
+    _Atomic uint64_t expired, ticks, wakeups, max_expired;
     _Atomic int64_t tick_seen;
     /* periodic timeouts ended by their consumers, any thread (fetch_add) */
     _Atomic uint64_t expired_out, cancelled_out;
