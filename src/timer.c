@@ -336,11 +336,6 @@ static PyObject *stop_and_wait(TimerObject *self, DispatchObject *d)
         left = hwt_timer_stop(self->core);
         Py_END_ALLOW_THREADS
         self->stop_left = left;
-        if (hwt_timer_orphaned(self->core)) {
-            /* a fork child: no dispatch thread came along to run these */
-            hwtimer_release_chain(hwt_sink_take(hwt_timer_default_sink(self->core)));
-            dispatch_mark_done(d);
-        }
         self->stop_waiter = getpid();
     }
     /* else stopped, or being stopped by another call: wait as it does */
@@ -349,7 +344,7 @@ static PyObject *stop_and_wait(TimerObject *self, DispatchObject *d)
         self->stop_waiter = 0;
     if (r < 0)
         return NULL;        /* interrupted: the next call returns them */
-    if (d->pid != getpid()) /* what the dispatch thread held stays here */
+    if (d->pid != getpid()) /* a fork child: no dispatch thread came along to run these */
         hwtimer_release_chain(hwt_sink_take(hwt_timer_default_sink(self->core)));
     hwtimer_release_chain(hwt_timer_take_released(self->core));
     if (self->stop_waiter == getpid())
