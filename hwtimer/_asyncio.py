@@ -53,6 +53,13 @@ def _seconds(delay: Seconds) -> float:
     return delay
 
 
+def _refuse_bool(delay: object) -> None:
+    """A bool is not a number of seconds here, as for every hwtimer delay
+    (``timeout(True)`` would otherwise be a second)."""
+    if type(delay) is bool:
+        raise TypeError("delay must be a number of seconds or a timedelta, not bool")
+
+
 if sys.version_info >= (3, 11):
     # Tasks count cancel requests themselves: TimeoutScope calls their
     # cancelling() and cancel() directly.
@@ -205,6 +212,7 @@ async def wait_for(
     """
     if timeout is not None:
         timeout = _seconds(timeout)
+        _refuse_bool(timeout)
         if timeout <= 0:
             # No time at all: the awaitable never runs, unless it is a
             # future that is done already.
@@ -235,6 +243,7 @@ async def sleep(
     """Returns `result` after `delay` seconds, like ``asyncio.sleep()``, with
     the deadline on `timer`.  A delay <= 0 yields to the loop once."""
     delay = _seconds(delay)
+    _refuse_bool(delay)
     if delay <= 0:
         await asyncio.sleep(0)
         return result

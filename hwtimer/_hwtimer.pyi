@@ -2,7 +2,7 @@
 
 import contextvars
 from asyncio import AbstractEventLoop
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from datetime import timedelta
 from types import TracebackType
 from typing import Any, Literal, Protocol, SupportsFloat, SupportsIndex, final
@@ -106,7 +106,8 @@ class TimeoutScope:
     def when(self) -> float | None: ...
     def expired(self) -> bool: ...
     def reschedule(self, when: float | None, /) -> None: ...
-    def __aenter__(self) -> Awaitable[TimeoutScope]: ...
+    # enters when awaited; has send(), throw() and close() as a coroutine
+    def __aenter__(self) -> Coroutine[Any, Any, TimeoutScope]: ...
     def __aexit__(
         self,
         exc_type: type[BaseException] | None,

@@ -9,6 +9,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdbool.h>
+#include <sys/types.h>
 
 #include "hwt.h"
 
@@ -69,6 +70,11 @@ struct TimerObject {
        swept the wheel, for stop() to return */
     PyObject *stopped_periodic;
     bool stop_collected; /* stop() has returned its list */
+    /* owned chain (link.next): what stop() returns, kept here while it
+       waits, so that a call interrupted by a signal, or a fork child whose
+       stopping thread did not come along, can still return them */
+    hwt_timeout *stop_left;
+    pid_t stop_waiter; /* the process whose stop() call waits to return them, or 0 */
 };
 
 /* A Timeout: 88 bytes with CPython's GC header, the C node included.  It
@@ -111,7 +117,7 @@ struct LoopSinkObject {
 
 /* The object whose run() is the body of a timer's dispatch thread.  It
    shares the core with the timer, so it can outlive the TimerObject. */
-typedef struct {
+typedef struct DispatchObject {
     PyObject_HEAD
     hwt_timer *core; /* owned reference */
     pthread_mutex_t lock;
@@ -119,6 +125,10 @@ typedef struct {
     bool done;               /* run() has finished its last batch */
     unsigned long thread_id; /* the dispatch thread, once running */
     PyObject *name;          /* owned str */
+    pid_t pid;               /* the process its thread runs in */
+    /* borrowed: while this dispatch thread waits in a stop() of another
+       timer, that timer's dispatcher, to find stops that wait in a cycle */
+    struct DispatchObject *waits_for;
 } DispatchObject;
 
 #define TIMEOUT_OF(n) ((TimeoutObject *)((char *)(n) - offsetof(TimeoutObject, node)))
@@ -207,6 +217,7 @@ int hwtimer_timer_start(TimerObject *timer);
 typedef struct {
     PyObject_HEAD
     PyObject *value; /* owned */
+    bool enter;      /* value is a scope to enter when this is awaited */
 } DoneObject;
 
 /* hwtimer.TimeoutScope: asyncio.timeout() on the wheel. */
@@ -220,6 +231,7 @@ typedef struct {
     PyObject *handle;      /* owned: the deadline's Timeout or loop Handle */
     Py_ssize_t cancelling; /* the task's cancel requests on entering */
     double created_at;     /* loop.time() when made by _after(), else NaN */
+    int64_t created_ns;    /* and the monotonic clock then */
 } ScopeObject;
 
 extern PyType_Spec hwtimer_done_spec;
@@ -227,8 +239,9 @@ extern PyType_Spec hwtimer_scope_spec;
 
 /* loopsink.c */
 extern PyType_Spec hwtimer_loop_sink_spec;
-/* Returns a borrowed LoopSinkObject delivering to `loop`, created and
-   registered with the loop on first use; NULL with an exception. */
+/* Returns the LoopSinkObject delivering to `loop` (a new reference),
+   created and registered with the loop on first use; NULL with an
+   exception. */
 LoopSinkObject *hwtimer_loop_sink_for(TimerObject *timer, PyObject *loop);
 /* Links a scheduled call_later() timeout into its sink's list. */
 void hwtimer_loop_sink_track(LoopTimeoutObject *to);

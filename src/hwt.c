@@ -95,6 +95,9 @@ struct hwt_timer {
     hwt_timeout **cancels; /* owned, under cancel_lock */
     size_t ncancels, cancels_cap;
     bool cancel_closed;
+    /* written under cancel_lock by cancel() (and stop), read by stats():
+       on the cancellers' line, not the worker's */
+    _Atomic uint64_t cancelled;
 
     /* The worker's own (after it exits, stop's). */
     _Alignas(64) hwt_timeout **cancels_spare; /* owned: swapped with cancels */
@@ -105,7 +108,7 @@ struct hwt_timer {
     bool worked;                        /* the last run_due() did something */
     int64_t cancel_armed_at;            /* when the first cancel last could wake it */
     /* written by the worker only (release), read by stats() (acquire) */
-    _Atomic uint64_t expired, cancelled, ticks, wakeups, max_expired;
+    _Atomic uint64_t expired, ticks, wakeups, max_expired;
     _Atomic int64_t tick_seen;
     /* periodic timeouts ended by their consumers, any thread (fetch_add) */
     _Atomic uint64_t expired_out, cancelled_out;
@@ -416,7 +419,7 @@ static void release_cancelled(hwt_timer *t, hwt_timeout *to)
     deliver(t, to, &t->released);
 }
 
-/* Adds n to a counter only the worker writes. */
+/* Adds n to a counter with one writer at a time (see the fields). */
 static inline void count(_Atomic uint64_t *counter, uint64_t n)
 {
     atomic_store_explicit(counter, atomic_load_explicit(counter, memory_order_relaxed) + n,
@@ -454,7 +457,7 @@ static void process_reset(hwt_timer *t, hwt_timeout *to)
 static void process_cancels(hwt_timer *t)
 {
     pthread_mutex_lock(&t->cancel_lock);
-    size_t n = t->ncancels, ncancels = 0;
+    size_t n = t->ncancels;
     hwt_timeout **v = t->cancels;
     size_t cap = t->cancels_cap;
     for (size_t i = 0; i < n; i++) {
@@ -466,13 +469,9 @@ static void process_cancels(hwt_timer *t)
     t->ncancels = 0;
     pthread_mutex_unlock(&t->cancel_lock);
     for (size_t i = 0; i < n; i++) {
-        if (!((uintptr_t)v[i] & RESET_TAG)) {
-            process_cancel(t, v[i]);
-            ncancels++;
-        }
+        if (!((uintptr_t)v[i] & RESET_TAG))
+            process_cancel(t, v[i]); /* counted by hwt_timeout_cancel already */
     }
-    if (ncancels)
-        count(&t->cancelled, ncancels);
     if (n)
         t->worked = true;
     t->cancels_spare = v;
@@ -977,6 +976,12 @@ int hwt_timeout_cancel(hwt_timeout *to)
         pthread_mutex_unlock(&t->cancel_lock);
         return 0;
     }
+    /* Counted now, not when the worker unlinks it (maybe a second from
+       now): pending_timeouts() and max_pending see the cancel at once.
+       The cancel lock serialises the writers of the counter.  One in its
+       run is counted by its re-arm. */
+    if (was != HWT_RUNNING && was != HWT_RUNNING_RESET)
+        count(&t->cancelled, 1);
     if (t->cancel_closed || was == HWT_RUNNING || was == HWT_RUNNING_RESET) {
         /* Stopped: stop()'s sweep finds it cancelled and releases it.  Or
            off the wheel in its run: its re-arm finds it cancelled, and
@@ -1174,8 +1179,7 @@ static void sweep(hwt_timer *t, hwt_timeout *to, hwt_timeout **out_tail)
 {
     uint32_t expect = HWT_INIT;
     bool mine = atomic_compare_exchange_strong(&to->state, &expect, HWT_CANCELLED);
-    count(&t->cancelled, 1);
-    if (!mine) {
+    if (!mine) { /* counted by its cancel() */
         release_cancelled(t, to);
         return;
     }
@@ -1238,6 +1242,14 @@ hwt_timeout *hwt_timer_stop(hwt_timer *t)
             sweep(t, to, &out_tail);
         }
     }
+    uint64_t returned = 0;
+    for (hwt_timeout *to = hwt_timeout_of(out_head.link.next); to;
+         to = hwt_timeout_of(to->link.next))
+        returned++;
+    /* the cancel lock orders this with late cancel() calls, which count too */
+    pthread_mutex_lock(&t->cancel_lock);
+    count(&t->cancelled, returned);
+    pthread_mutex_unlock(&t->cancel_lock);
     publish_batches(t);
     finish_sinks(t);
     pthread_mutex_unlock(&t->lock);

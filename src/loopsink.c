@@ -108,11 +108,13 @@ void hwtimer_loop_sinks_close(PyObject *sinks)
         LoopSinkObject *s = (LoopSinkObject *)PyList_GET_ITEM(sinks, i);
         if (s->closed)
             continue;
+        Py_INCREF(s); /* closing it and asking its loop run Python */
         sink_close(s);
         if (loop_is_open(s))
             loop_sink_wake(&s->sink);
         else
             close_fd(s);
+        Py_DECREF(s);
     }
 }
 
@@ -147,11 +149,21 @@ static void report_error(LoopSinkObject *self, PyObject *timeout)
 
 int hwtimer_loop_call(LoopTimeoutObject *to)
 {
-    if (PyContext_Enter(to->context) < 0)
+    /* Scope deadlines all carry the module's empty context, and a context
+       can be entered by one thread at a time: while one loop's expiry is
+       inside task.cancel() with the GIL released, another loop's would be
+       refused.  Each of them runs in an empty context of its own. */
+    PyObject *context = to->context == TIMER_OF(&to->base)->state->empty_context
+                            ? PyContext_New()
+                            : (Py_INCREF(to->context), to->context);
+    if (!context || PyContext_Enter(context) < 0) {
+        Py_XDECREF(context);
         return -1;
+    }
     PyObject *r = PyObject_Call(to->base.task, to->args, NULL);
-    if (PyContext_Exit(to->context) < 0)
+    if (PyContext_Exit(context) < 0)
         Py_CLEAR(r);
+    Py_DECREF(context);
     Py_XDECREF(r);
     return r ? 0 : -1;
 }
@@ -216,27 +228,49 @@ static PyMethodDef loop_gone_def = {"_loop_gone", (PyCFunction)sink_loop_gone, M
 
 /* ---- finding or making the sink for a loop ---- */
 
+/* Removes the closed sinks from the list `sinks`, in place.  Returns 0
+   or -1. */
+static int drop_closed(PyObject *sinks)
+{
+    Py_ssize_t i = 0;
+    while (i < PyList_GET_SIZE(sinks)) {
+        if (!((LoopSinkObject *)PyList_GET_ITEM(sinks, i))->closed) {
+            i++;
+            continue;
+        }
+        /* a sink is freed by the cyclic GC only (its weakref's callback
+           holds it), so this runs no Python */
+        if (PyList_SetSlice(sinks, i, i + 1, NULL) < 0)
+            return -1;
+    }
+    return 0;
+}
+
 /* Closes the sinks whose loop is gone or closed and drops them from the
-   timer's list.  Returns 0 or -1. */
+   timer's list.  Asking a loop whether it is closed runs Python, and so
+   does closing a sink (it releases what it held), so other threads add
+   sinks meanwhile: the list is edited in place, never replaced, and the
+   sinks looked at are held.  Returns 0 or -1. */
 static int purge(TimerObject *timer)
 {
-    PyObject *keep = PyList_New(0);
-    if (!keep)
+    PyObject *sinks = timer->loop_sinks;
+    Py_INCREF(sinks);
+    PyObject *held = PyList_GetSlice(sinks, 0, PyList_GET_SIZE(sinks));
+    if (!held) {
+        Py_DECREF(sinks);
         return -1;
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(timer->loop_sinks); i++) {
-        LoopSinkObject *s = (LoopSinkObject *)PyList_GET_ITEM(timer->loop_sinks, i);
-        if (!s->closed && loop_is_open(s)) {
-            if (PyList_Append(keep, (PyObject *)s) < 0) {
-                Py_DECREF(keep);
-                return -1;
-            }
-        } else {
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(held); i++) {
+        LoopSinkObject *s = (LoopSinkObject *)PyList_GET_ITEM(held, i);
+        if (!s->closed && !loop_is_open(s)) {
             sink_close(s);
             close_fd(s); /* a closed loop's selector is gone */
         }
     }
-    Py_SETREF(timer->loop_sinks, keep);
-    return 0;
+    Py_DECREF(held);
+    int r = drop_closed(sinks);
+    Py_DECREF(sinks);
+    return r;
 }
 
 /* Registers the sink's eventfd with `loop`, from any thread. */
@@ -265,7 +299,8 @@ static int register_reader(hwtimer_state *st, LoopSinkObject *s, PyObject *loop)
     return 0;
 }
 
-LoopSinkObject *hwtimer_loop_sink_for(TimerObject *timer, PyObject *loop)
+/* Returns the timer's open sink for `loop` (borrowed), or NULL. */
+static LoopSinkObject *find_sink(TimerObject *timer, PyObject *loop)
 {
     PyObject *sinks = timer->loop_sinks;
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(sinks); i++) {
@@ -274,10 +309,14 @@ LoopSinkObject *hwtimer_loop_sink_for(TimerObject *timer, PyObject *loop)
         if (s->loop == loop && !s->closed)
             return s;
     }
-    if (purge(timer) < 0)
-        return NULL;
-    hwtimer_state *st = timer->state;
-    LoopSinkObject *s = PyObject_GC_New(LoopSinkObject, st->loop_sink_type);
+    return NULL;
+}
+
+/* Returns a new open sink for `loop`, not yet registered anywhere, or
+   NULL. */
+static LoopSinkObject *sink_new(TimerObject *timer, PyObject *loop)
+{
+    LoopSinkObject *s = PyObject_GC_New(LoopSinkObject, timer->state->loop_sink_type);
     if (!s)
         return NULL;
     s->loop_ref = NULL;
@@ -317,15 +356,53 @@ LoopSinkObject *hwtimer_loop_sink_for(TimerObject *timer, PyObject *loop)
     } else {
         goto fail;
     }
-    if (register_reader(st, s, loop) < 0 || PyList_Append(timer->loop_sinks, (PyObject *)s) < 0)
-        goto fail;
-    Py_DECREF(s); /* the timer's list holds it */
     return s;
 fail:
     sink_close(s);
     close_fd(s);
     Py_DECREF(s);
     return NULL;
+}
+
+LoopSinkObject *hwtimer_loop_sink_for(TimerObject *timer, PyObject *loop)
+{
+    LoopSinkObject *s = find_sink(timer, loop);
+    if (s) {
+        Py_INCREF(s);
+        return s;
+    }
+    /* Each step below may run Python, in which another thread can make the
+       sink for this loop: look again after each, so a loop has one sink. */
+    if (purge(timer) < 0)
+        return NULL;
+    if ((s = find_sink(timer, loop)) != NULL) {
+        Py_INCREF(s);
+        return s;
+    }
+    LoopSinkObject *made = sink_new(timer, loop);
+    if (!made)
+        return NULL;
+    if ((s = find_sink(timer, loop)) != NULL) {
+        sink_close(made);
+        close_fd(made);
+        Py_DECREF(made);
+        Py_INCREF(s);
+        return s;
+    }
+    /* listed before registering, which runs Python */
+    if (PyList_Append(timer->loop_sinks, (PyObject *)made) < 0 ||
+        register_reader(timer->state, made, loop) < 0) {
+        sink_close(made);
+        close_fd(made);
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        if (drop_closed(timer->loop_sinks) < 0)
+            PyErr_Clear();
+        PyErr_Restore(type, value, tb);
+        Py_DECREF(made);
+        return NULL;
+    }
+    return made;
 }
 
 /* ---- GC and deallocation ---- */

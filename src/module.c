@@ -316,6 +316,7 @@ static int module_exec(PyObject *module)
         return -1;
     Py_INCREF(Py_None);
     done->value = Py_None;
+    done->enter = false;
     st->done_none = (PyObject *)done;
     st->rejected_error = PyErr_NewExceptionWithDoc(
         "hwtimer.RejectedExecutionError",

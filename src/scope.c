@@ -26,12 +26,67 @@ static PyObject *done_await(DoneObject *self)
     return (PyObject *)self;
 }
 
+static int scope_bind(ScopeObject *self);
+
 static PyObject *done_next(DoneObject *self)
 {
+    if (self->enter) {
+        /* __aenter__()'s work is done when it is awaited, as a coroutine's
+           would be: in the task (or not) that awaits it */
+        self->enter = false;
+        if (scope_bind((ScopeObject *)self->value) < 0)
+            return NULL;
+    }
     if (self->value != Py_None)
         PyErr_SetObject(PyExc_StopIteration, self->value);
     return NULL; /* with no exception set: StopIteration(None) */
 }
+
+/* send(), throw() and close(), for code that drives an awaitable as a
+   coroutine.  Each behaves as on a coroutine that has not started. */
+static PyObject *done_send(DoneObject *self, PyObject *value)
+{
+    if (value != Py_None && self->enter) {
+        PyErr_SetString(PyExc_TypeError, "can't send non-None value to a just-started coroutine");
+        return NULL;
+    }
+    PyObject *r = done_next(self);
+    if (!r && !PyErr_Occurred())
+        PyErr_SetNone(PyExc_StopIteration);
+    return r;
+}
+
+static PyObject *done_throw(DoneObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs < 1 || nargs > 3) {
+        PyErr_SetString(PyExc_TypeError, "throw() takes an exception, and maybe a value and tb");
+        return NULL;
+    }
+    self->enter = false;
+    PyObject *typ = args[0], *val = nargs > 1 ? args[1] : Py_None;
+    if (PyExceptionInstance_Check(typ))
+        PyErr_SetObject((PyObject *)Py_TYPE(typ), typ);
+    else if (PyExceptionClass_Check(typ))
+        PyErr_SetObject(typ, val);
+    else
+        PyErr_SetString(PyExc_TypeError,
+                        "exceptions must be classes or instances deriving from BaseException");
+    return NULL;
+}
+
+static PyObject *done_close(DoneObject *self, PyObject *unused)
+{
+    (void)unused;
+    self->enter = false;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef done_methods[] = {
+    {"send", (PyCFunction)done_send, METH_O, NULL},
+    {"throw", (PyCFunction)(void (*)(void))done_throw, METH_FASTCALL, NULL},
+    {"close", (PyCFunction)done_close, METH_NOARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
 
 /* Not tracked by the cyclic GC: it holds a scope, which holds nothing of
    it, and lives for one `await`. */
@@ -44,9 +99,13 @@ static void done_dealloc(DoneObject *self)
 }
 
 static PyType_Slot done_slots[] = {
-    {Py_tp_new, hwtimer_new_refused}, {Py_tp_dealloc, done_dealloc},
-    {Py_tp_iter, PyObject_SelfIter},  {Py_tp_iternext, done_next},
-    {Py_am_await, done_await},        {0, NULL},
+    {Py_tp_new, hwtimer_new_refused},
+    {Py_tp_dealloc, done_dealloc},
+    {Py_tp_iter, PyObject_SelfIter},
+    {Py_tp_iternext, done_next},
+    {Py_am_await, done_await},
+    {Py_tp_methods, done_methods},
+    {0, NULL},
 };
 
 PyType_Spec hwtimer_done_spec = {
@@ -64,6 +123,7 @@ static PyObject *done_new(hwtimer_state *st, PyObject *value)
         return NULL;
     Py_INCREF(value);
     d->value = value;
+    d->enter = false;
     return (PyObject *)d;
 }
 
@@ -90,7 +150,11 @@ static int scope_schedule(ScopeObject *self, double when)
     hwtimer_state *st = scope_state(self);
     double now = self->created_at;
     self->created_at = Py_NAN; /* good for the first deadline only */
-    if (isnan(now)) {
+    if (!isnan(now)) {
+        /* loop.time() now, from that at creation: the scope may be entered
+           long after it was made, and its deadline stays when() */
+        now += (double)(hwt_monotonic_ns(NULL) - self->created_ns) / 1e9;
+    } else {
         PyObject *now_o = call_method(self->loop, st->str_time, NULL);
         if (!now_o)
             return -1;
@@ -149,6 +213,25 @@ static int scope_unschedule(ScopeObject *self)
     return r;
 }
 
+/* Reads a deadline or delay: a number, not a bool (which is refused as
+   by new_timeout() and sleep()), not NaN.  Returns 0 or -1. */
+static int check_deadline(PyObject *obj, const char *what, double *out)
+{
+    if (PyBool_Check(obj)) {
+        PyErr_Format(PyExc_TypeError, "%s must be a number, not bool", what);
+        return -1;
+    }
+    double d = PyFloat_AsDouble(obj);
+    if (d == -1.0 && PyErr_Occurred())
+        return -1;
+    if (isnan(d)) {
+        PyErr_Format(PyExc_ValueError, "%s must not be NaN", what);
+        return -1;
+    }
+    *out = d;
+    return 0;
+}
+
 static int scope_init(ScopeObject *self, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"when", "timer", NULL};
@@ -156,11 +239,14 @@ static int scope_init(ScopeObject *self, PyObject *args, PyObject *kwds)
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|$O:TimeoutScope", kwlist, &when, &timer))
         return -1;
     hwtimer_state *st = scope_state(self);
-    if (when != Py_None && !PyFloat_Check(when) && !PyLong_Check(when)) {
+    double w;
+    if (when != Py_None && ((!PyFloat_Check(when) && !PyLong_Check(when)) || PyBool_Check(when))) {
         PyErr_Format(PyExc_TypeError, "when must be a float or None, not %.200s",
                      Py_TYPE(when)->tp_name);
         return -1;
     }
+    if (when != Py_None && check_deadline(when, "when", &w) < 0)
+        return -1;
     if (timer != Py_None && !PyObject_TypeCheck(timer, st->timer_type)) {
         PyErr_Format(PyExc_TypeError, "timer must be a HashedWheelTimer or None, not %.200s",
                      Py_TYPE(timer)->tp_name);
@@ -186,8 +272,8 @@ static PyObject *scope_after(PyTypeObject *tp, PyObject *const *args, Py_ssize_t
         PyErr_SetString(PyExc_TypeError, "_after() takes seconds and timer");
         return NULL;
     }
-    double seconds = PyFloat_AsDouble(args[0]);
-    if (seconds == -1.0 && PyErr_Occurred())
+    double seconds;
+    if (check_deadline(args[0], "delay", &seconds) < 0)
         return NULL;
     PyObject *timer = args[1];
     if (timer != Py_None && !PyObject_TypeCheck(timer, st->timer_type)) {
@@ -207,6 +293,7 @@ static PyObject *scope_after(PyTypeObject *tp, PyObject *const *args, Py_ssize_t
     if (self) {
         self->when = PyFloat_FromDouble(now + seconds);
         self->created_at = now;
+        self->created_ns = hwt_monotonic_ns(NULL);
         self->loop = loop;
         loop = NULL;
         if (timer != Py_None) {
@@ -245,7 +332,7 @@ static PyObject *scope_reschedule(ScopeObject *self, PyObject *when)
         return NULL;
     }
     double w = 0;
-    if (when != Py_None && (w = PyFloat_AsDouble(when)) == -1.0 && PyErr_Occurred())
+    if (when != Py_None && check_deadline(when, "when", &w) < 0)
         return NULL;
     Py_INCREF(when);
     Py_XSETREF(self->when, when);
@@ -266,31 +353,32 @@ static Py_ssize_t task_cancelling(hwtimer_state *st, PyObject *task)
     return n;
 }
 
-static PyObject *scope_aenter(ScopeObject *self, PyObject *unused)
+/* Enters the scope in the current task: what awaiting __aenter__() does.
+   Returns 0 or -1. */
+static int scope_bind(ScopeObject *self)
 {
-    (void)unused;
     hwtimer_state *st = scope_state(self);
     if (self->state != CREATED) {
         PyErr_SetString(PyExc_RuntimeError, "TimeoutScope has already been entered");
-        return NULL;
+        return -1;
     }
     /* With the loop known (timeout() found it), current_task(loop) does not
        look for the running loop again. */
     PyObject *task = self->loop ? PyObject_CallOneArg(st->current_task, self->loop)
                                 : PyObject_CallNoArgs(st->current_task);
     if (!task)
-        return NULL;
+        return -1;
     if (task == Py_None) {
         Py_DECREF(task);
         PyErr_SetString(PyExc_RuntimeError, "TimeoutScope should be used inside a task");
-        return NULL;
+        return -1;
     }
     PyObject *loop = call_method(task, st->str_get_loop, NULL);
     Py_ssize_t cancelling = loop ? task_cancelling(st, task) : -1;
     if (cancelling < 0) {
         Py_DECREF(task);
         Py_XDECREF(loop);
-        return NULL;
+        return -1;
     }
     self->state = ENTERED;
     Py_XSETREF(self->task, task);
@@ -299,9 +387,22 @@ static PyObject *scope_aenter(ScopeObject *self, PyObject *unused)
     if (self->when && self->when != Py_None) {
         double when = PyFloat_AsDouble(self->when);
         if ((when == -1.0 && PyErr_Occurred()) || scope_schedule(self, when) < 0)
-            return NULL;
+            return -1;
     }
-    return done_new(st, (PyObject *)self);
+    return 0;
+}
+
+static PyObject *scope_aenter(ScopeObject *self, PyObject *unused)
+{
+    (void)unused;
+    if (self->state != CREATED) {
+        PyErr_SetString(PyExc_RuntimeError, "TimeoutScope has already been entered");
+        return NULL;
+    }
+    DoneObject *d = (DoneObject *)done_new(scope_state(self), (PyObject *)self);
+    if (d)
+        d->enter = true;
+    return (PyObject *)d;
 }
 
 static PyObject *scope_aexit(ScopeObject *self, PyObject *const *args, Py_ssize_t nargs)

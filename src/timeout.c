@@ -81,9 +81,11 @@ void hwtimer_release_chain(hwt_timeout *node)
 double hwtimer_deadline_seconds(TimeoutObject *to)
 {
     int64_t deadline = hwt_timeout_deadline(&to->node);
-    if (deadline == HWT_NEVER)
+    int64_t start = hwt_timer_start_time(to->node.sink->timer);
+    /* a deadline within `start` of saturation is as far: never */
+    if (deadline == HWT_NEVER || deadline > HWT_NEVER - start)
         return Py_HUGE_VAL;
-    int64_t abs_ns = hwt_timer_start_time(to->node.sink->timer) + deadline;
+    int64_t abs_ns = start + deadline;
     /* as time.monotonic() turns its ns into seconds, so the two compare */
     if (abs_ns % 1000000000 == 0)
         return (double)(abs_ns / 1000000000);
@@ -109,6 +111,47 @@ static int call_once(TimerObject *timer, TimeoutObject *to)
     hwtimer_current_task_timer = outer;
     Py_XDECREF(r);
     return r ? 0 : -1;
+}
+
+/* _submitted(timeout, future): the done-callback of a submitted task's
+   future.  _run_task reports the task's own errors, so an exception here
+   means the task never ran (a process pool that cannot pickle it, a
+   future cancelled at shutdown): it is counted and logged like one. */
+static PyObject *submitted_done(PyObject *timeout, PyObject *future)
+{
+    PyObject *exc = PyObject_CallMethod(future, "exception", NULL);
+    if (exc == Py_None) {
+        Py_DECREF(exc);
+        Py_RETURN_NONE;
+    }
+    if (exc) { /* else exception() raised, e.g. CancelledError: log that */
+        PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+        Py_DECREF(exc);
+    }
+    TimerObject *timer = TIMER_OF((TimeoutObject *)timeout);
+    timer->task_errors++;
+    hwtimer_log_task_error(timer->state, timeout);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef submitted_def = {"_submitted", submitted_done, METH_O, NULL};
+
+/* Watches the future `fut` that the executor returned for `to`, so that a
+   task that fails to run there does not vanish.  An executor whose
+   submit() returns no future cannot be watched. */
+static void watch_future(TimeoutObject *to, PyObject *fut)
+{
+    PyObject *add = PyObject_GetAttrString(fut, "add_done_callback");
+    PyObject *callback = add ? PyCFunction_New(&submitted_def, (PyObject *)to) : NULL;
+    PyObject *r = callback ? PyObject_CallOneArg(add, callback) : NULL;
+    if (!r) {
+        if (add && callback)
+            hwtimer_log_error(TIMER_OF(to)->state, "cannot watch an executor's future");
+        PyErr_Clear();
+    }
+    Py_XDECREF(r);
+    Py_XDECREF(callback);
+    Py_XDECREF(add);
 }
 
 /* Reports the exception a task raised: logged, or handed to a loop's
@@ -204,6 +247,7 @@ int64_t hwtimer_dispatch_timeout(TimerObject *timer, TimeoutObject *to, int64_t 
     PyObject *r = PyObject_CallMethod(timer->executor, "submit", "OO", timer->state->run_task,
                                       (PyObject *)to);
     if (r) {
+        watch_future(to, r);
         Py_DECREF(r);
         return hwtimer_clock_ns(timer);
     }

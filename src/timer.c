@@ -11,8 +11,17 @@
 #include <stdlib.h>
 #include <string.h>
 #include <structmember.h>
+#include <time.h>
+#include <unistd.h>
 
 #define MAX_LIVE_TIMERS 64
+
+/* How often stop() looks for signals while it waits for the dispatch
+   thread. */
+#define STOP_SIGNAL_POLL_NS INT64_C(50000000)
+
+/* The dispatcher whose thread this is, if it is a dispatch thread. */
+static _Thread_local DispatchObject *this_thread_dispatch;
 
 /* ---- the dispatch thread ---- */
 
@@ -71,6 +80,7 @@ static PyObject *dispatch_run(DispatchObject *self, PyObject *unused)
 {
     (void)unused;
     self->thread_id = PyThread_get_thread_ident();
+    this_thread_dispatch = self;
     set_native_name(self->name);
     hwt_sink *dflt = hwt_timer_default_sink(self->core);
     for (;;) {
@@ -94,17 +104,38 @@ static PyObject *dispatch_run(DispatchObject *self, PyObject *unused)
 }
 
 /* Waits, with the GIL released, until the dispatch thread has run its
-   last batch.  Returns at once on the dispatch thread itself. */
-static void dispatch_wait_done(DispatchObject *self)
+   last batch, running signal handlers meanwhile.  Returns 0, or -1 with
+   what a handler raised (KeyboardInterrupt).  Returns 0 at once on the
+   dispatch thread itself, and in a child of fork(), where that thread
+   does not exist (nor, maybe, whoever held the lock at the fork). */
+static int dispatch_wait_done(DispatchObject *self)
 {
     if (self->thread_id == PyThread_get_thread_ident())
-        return;
-    Py_BEGIN_ALLOW_THREADS
-    pthread_mutex_lock(&self->lock);
-    while (!self->done)
-        pthread_cond_wait(&self->done_cond, &self->lock);
-    pthread_mutex_unlock(&self->lock);
-    Py_END_ALLOW_THREADS
+        return 0;
+    if (self->pid != getpid()) {
+        self->done = true;
+        return 0;
+    }
+    for (;;) {
+        bool done;
+        Py_BEGIN_ALLOW_THREADS
+        pthread_mutex_lock(&self->lock);
+        if (!self->done) {
+            struct timespec ts;
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            int64_t at = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec + STOP_SIGNAL_POLL_NS;
+            ts.tv_sec = (time_t)(at / 1000000000);
+            ts.tv_nsec = (long)(at % 1000000000);
+            pthread_cond_timedwait(&self->done_cond, &self->lock, &ts);
+        }
+        done = self->done;
+        pthread_mutex_unlock(&self->lock);
+        Py_END_ALLOW_THREADS
+        if (done)
+            return 0;
+        if (PyErr_CheckSignals() < 0)
+            return -1;
+    }
 }
 
 static void dispatch_dealloc(DispatchObject *self)
@@ -148,9 +179,25 @@ static DispatchObject *dispatch_new(TimerObject *timer)
     hwt_timer_incref(d->core);
     d->done = false;
     d->thread_id = 0;
+    d->pid = getpid();
+    d->waits_for = NULL;
     d->name = PyUnicode_FromFormat("%U-dispatch", timer->name);
     pthread_mutex_init(&d->lock, NULL);
-    pthread_cond_init(&d->done_cond, NULL);
+    /* on the monotonic clock: stop() waits in slices to handle signals */
+    pthread_condattr_t attr;
+    int err = pthread_condattr_init(&attr);
+    if (!err) {
+        err = pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+        if (!err)
+            err = pthread_cond_init(&d->done_cond, &attr);
+        pthread_condattr_destroy(&attr);
+    }
+    if (err) {
+        pthread_cond_init(&d->done_cond, NULL); /* for dealloc to destroy */
+        Py_DECREF(d);
+        errno = err;
+        return (DispatchObject *)PyErr_SetFromErrno(PyExc_OSError);
+    }
     if (!d->name) {
         Py_DECREF(d);
         return NULL;
@@ -258,32 +305,11 @@ int hwtimer_timer_start(TimerObject *self)
     return 0;
 }
 
-PyObject *hwtimer_timer_stop(TimerObject *self)
+/* Returns what stop() returns (a new reference), or NULL: the periodic
+   timeouts that were in their run, and the chain `left`, which it releases
+   either way. */
+static PyObject *stop_list(TimerObject *self, hwt_timeout *left)
 {
-    if (!self->dispatcher) { /* never started */
-        hwt_timer_stop(self->core);
-        return PyList_New(0);
-    }
-    DispatchObject *d = (DispatchObject *)self->dispatcher;
-    if (!hwt_timer_started(self->core) || self->live == false) {
-        /* stopped, or being stopped by another thread: wait as it does */
-        dispatch_wait_done(d);
-        return PyList_New(0);
-    }
-    live_remove(self);
-    hwt_timeout *left;
-    Py_BEGIN_ALLOW_THREADS
-    left = hwt_timer_stop(self->core);
-    Py_END_ALLOW_THREADS
-    if (hwt_timer_orphaned(self->core)) {
-        /* a fork child: no dispatch thread came along to run these */
-        hwtimer_release_chain(hwt_sink_take(hwt_timer_default_sink(self->core)));
-        dispatch_mark_done(d);
-    } else {
-        dispatch_wait_done(d);
-    }
-    hwtimer_release_chain(hwt_timer_take_released(self->core));
-    /* periodic ones that were in their run join the rest */
     PyObject *list = self->stopped_periodic ? self->stopped_periodic : PyList_New(0);
     self->stopped_periodic = NULL;
     self->stop_collected = true;
@@ -296,6 +322,63 @@ PyObject *hwtimer_timer_stop(TimerObject *self)
         left = next;
     }
     return list;
+}
+
+/* Stops the worker, if no other call has, and waits for the dispatch
+   thread `d`.  Returns stop()'s list, or NULL. */
+static PyObject *stop_and_wait(TimerObject *self, DispatchObject *d)
+{
+    bool first = hwt_timer_started(self->core) && self->live;
+    if (first) {
+        live_remove(self);
+        hwt_timeout *left;
+        Py_BEGIN_ALLOW_THREADS
+        left = hwt_timer_stop(self->core);
+        Py_END_ALLOW_THREADS
+        self->stop_left = left;
+        self->stop_waiter = getpid();
+    }
+    /* else stopped, or being stopped by another call: wait as it does */
+    int r = dispatch_wait_done(d);
+    if (first)
+        self->stop_waiter = 0;
+    if (r < 0)
+        return NULL;        /* interrupted: the next call returns them */
+    if (d->pid != getpid()) /* a fork child: no dispatch thread came along to run these */
+        hwtimer_release_chain(hwt_sink_take(hwt_timer_default_sink(self->core)));
+    hwtimer_release_chain(hwt_timer_take_released(self->core));
+    if (self->stop_waiter == getpid())
+        return PyList_New(0); /* the call that stopped it returns them */
+    hwt_timeout *left = self->stop_left;
+    self->stop_left = NULL;
+    return stop_list(self, left);
+}
+
+PyObject *hwtimer_timer_stop(TimerObject *self)
+{
+    if (!self->dispatcher) { /* never started */
+        hwt_timer_stop(self->core);
+        return PyList_New(0);
+    }
+    DispatchObject *d = (DispatchObject *)self->dispatcher;
+    /* A dispatch thread that waits for another one must not be waited for
+       by it, nor by any in between. */
+    DispatchObject *mine = this_thread_dispatch;
+    if (mine && mine != d) {
+        for (DispatchObject *w = d; w; w = w->waits_for) {
+            if (w == mine) {
+                PyErr_SetString(PyExc_RuntimeError,
+                                "stop() would wait forever: that timer's dispatch thread waits, "
+                                "in a stop(), for this one");
+                return NULL;
+            }
+        }
+        mine->waits_for = d;
+    }
+    PyObject *r = stop_and_wait(self, d);
+    if (mine && mine != d)
+        mine->waits_for = NULL;
+    return r;
 }
 
 /* ---- construction ---- */
@@ -380,6 +463,10 @@ static PyObject *timer_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
             PyErr_SetString(PyExc_ValueError, "thread_name must not contain NUL");
             return NULL;
         }
+        if (len == 0) { /* a thread with no name in ps -T: say None for the default */
+            PyErr_SetString(PyExc_ValueError, "thread_name must not be empty (None: the default)");
+            return NULL;
+        }
     }
     if (executor != Py_None) {
         PyObject *submit = PyObject_GetAttrString(executor, "submit");
@@ -449,9 +536,13 @@ static PyObject *timer_start(TimerObject *self, PyObject *unused)
 static PyObject *timer_stop(TimerObject *self, PyObject *unused)
 {
     (void)unused;
-    if (hwtimer_current_task_timer == self) {
+    DispatchObject *d = (DispatchObject *)self->dispatcher;
+    if (hwtimer_current_task_timer == self ||
+        (d && this_thread_dispatch == d && d->pid == getpid())) {
+        /* it would wait for itself: for the task, or the batch it is in */
         PyErr_SetString(PyExc_RuntimeError,
-                        "stop() cannot be called from a task of the timer it would stop");
+                        "stop() cannot be called from a task of the timer it would stop, nor "
+                        "elsewhere on its dispatch thread");
         return NULL;
     }
     return hwtimer_timer_stop(self);
@@ -601,12 +692,19 @@ PyObject *hwtimer_call_every(TimerObject *self, int64_t delay, int64_t period_ns
     LoopSinkObject *sink;
     if (hwtimer_timer_start(self) < 0 || !(sink = hwtimer_loop_sink_for(self, loop)))
         return NULL;
+    /* Making the timeout releases what the worker handed back, which runs
+       Python: that can close the loop and its sink, hence our reference. */
     LoopTimeoutObject *to = (LoopTimeoutObject *)hwtimer_timeout_new(
         self, self->state->loop_timeout_type, &sink->sink, callback);
-    if (!to)
+    if (to && sink->closed) {
+        PyErr_SetString(PyExc_RuntimeError, "Event loop is closed");
+        Py_CLEAR(to);
+    }
+    if (!to) {
+        Py_DECREF(sink);
         return NULL;
-    Py_INCREF(sink);
-    to->sink = sink;
+    }
+    to->sink = sink; /* our reference moves there */
     Py_INCREF(args);
     to->args = args;
     to->context = context ? (Py_INCREF(context), context) : PyContext_CopyCurrent();
@@ -618,6 +716,19 @@ PyObject *hwtimer_call_every(TimerObject *self, int64_t delay, int64_t period_ns
         return NULL;
     }
     return (PyObject *)to;
+}
+
+/* Refuses a closed `loop` as asyncio does: the sink of a loop the timer
+   has delivered to would take the callback and never run it.  Returns 0,
+   or -1 with RuntimeError. */
+static int refuse_closed_loop(PyObject *loop)
+{
+    PyObject *closed = PyObject_CallMethod(loop, "is_closed", NULL);
+    int is_closed = closed ? PyObject_IsTrue(closed) : -1;
+    Py_XDECREF(closed);
+    if (is_closed > 0)
+        PyErr_SetString(PyExc_RuntimeError, "Event loop is closed");
+    return is_closed ? -1 : 0;
 }
 
 /* Reads call_later()'s keywords (loop, context) and call_every()'s
@@ -680,6 +791,8 @@ static PyObject *loop_call(TimerObject *self, bool periodic, PyObject *const *ar
         loop = owned_loop = hwtimer_running_loop(self->state);
         if (!loop)
             return NULL;
+    } else if (refuse_closed_loop(loop) < 0) {
+        return NULL;
     }
     PyObject *cb_args = PyTuple_New(nargs - 2);
     if (!cb_args) {

@@ -527,8 +527,11 @@ static void m_op_cancel(m_run *r)
     int expect = it->where == M_LIVE;
     M_CHECK(r, rc == expect, "cancel of item %u (model state %d) returned %d, expected %d", it->id,
             it->where, rc, expect);
-    if (rc == 1)
+    if (rc == 1) {
         it->where = M_CANCELLED;
+        r->cancelled++; /* a cancel counts at once */
+        r->pending--;
+    }
 }
 
 static int64_t m_pick_jump(m_run *r)
@@ -724,8 +727,6 @@ static void m_advance_to(m_run *r, int64_t now)
             M_CHECK(r, it->seen_stamp == r->stamp,
                     "item %u cancelled before this advance was not delivered back", it->id);
             it->where = M_FREE;
-            r->cancelled++;
-            r->pending--;
         } else if (it->where == M_LIVE && it->due <= reached) {
             M_CHECK(r, it->seen_stamp == r->stamp,
                     "item %u (deadline %" PRId64 ", due tick %" PRId64 ", seq %" PRIu64
@@ -844,7 +845,7 @@ static void m_stop(m_run *r)
                 "item %u (model %d) neither returned nor released by stop", it->id, it->where);
         it->where = M_FREE;
     }
-    r->cancelled += returned + released;
+    r->cancelled += returned; /* the released ones counted at their cancel */
     r->pending = 0;
     m_check_counts(r);
     M_CHECK(r, hwt_timer_stopped(r->t), "hwt_timer_stopped is false after stop");

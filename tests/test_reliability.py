@@ -1,0 +1,579 @@
+"""Regression tests of reliability under adversarial use: several event
+loops in several threads, fork during stop(), stops that wait on each
+other, executors whose futures fail, re-entrant Python while the binding
+holds a pointer, and the small inconsistencies between the helpers.
+
+The tests that take the `cpu_load` fixture run beside CPU-burning
+processes of their own when HWTIMER_TEST_LOAD is set (CI runs them so),
+since contention is where the multi-loop and fork failures showed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import math
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from conftest import DEADLINE, run_python, wait_for
+from test_lifecycle import FORK_PRELUDE
+
+import hwtimer
+
+LOOPS = ["asyncio", "uvloop"]
+
+
+def _new_loop(kind: str) -> asyncio.AbstractEventLoop:
+    if kind == "uvloop":
+        uvloop = pytest.importorskip("uvloop")
+        return uvloop.new_event_loop()
+    return asyncio.new_event_loop()
+
+
+@pytest.fixture
+def cpu_load() -> Iterator[None]:
+    """With HWTIMER_TEST_LOAD=N, N busy processes run for the test's
+    duration (each gives up after 120 s on its own, so none outlives a
+    killed run by long)."""
+    n = int(os.environ.get("HWTIMER_TEST_LOAD", "0") or 0)
+    burn = "import time\nend = time.monotonic() + 120\nwhile time.monotonic() < end: pass\n"
+    procs = [subprocess.Popen([sys.executable, "-c", burn]) for _ in range(n)]
+    try:
+        yield
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
+# ---- 1. scope expiries on loops in several threads ----
+
+
+class SlowCancelTask(asyncio.Task):  # type: ignore[type-arg]
+    """A task whose cancel() lets go of the GIL for a while, as one that
+    does I/O would: another loop's expiry then runs meanwhile."""
+
+    def cancel(self, *args: Any, **kwargs: Any) -> bool:
+        time.sleep(0.005)
+        return super().cancel(*args, **kwargs)
+
+
+def _slow_cancel_factory(loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> Any:
+    return SlowCancelTask(coro, loop=loop, **kwargs)
+
+
+@pytest.mark.parametrize("kind", LOOPS)
+def test_scope_expiries_on_loops_in_many_threads(kind: str, cpu_load: None) -> None:
+    nloops, nscopes = 4, 60
+    outcomes: list[list[str]] = [[] for _ in range(nloops)]
+    handler_calls: list[dict[str, Any]] = []
+    start = threading.Barrier(nloops)
+
+    async def guarded(i: int) -> str:
+        try:
+            if i % 2:
+                async with hwtimer.timeout(0.02):
+                    await asyncio.sleep(3)
+            else:
+                await hwtimer.wait_for(asyncio.sleep(3), 0.02)
+        except TimeoutError:
+            return "timed out"
+        return "lost"
+
+    async def main() -> list[str]:
+        start.wait()
+        return list(await asyncio.gather(*(guarded(i) for i in range(nscopes))))
+
+    def run_loop(k: int) -> None:
+        loop = _new_loop(kind)
+        loop.set_task_factory(_slow_cancel_factory)
+        loop.set_exception_handler(lambda loop, ctx: handler_calls.append(ctx))
+        try:
+            outcomes[k] = loop.run_until_complete(main())
+        finally:
+            loop.close()
+
+    threads = [threading.Thread(target=run_loop, args=(k,)) for k in range(nloops)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not any(t.is_alive() for t in threads)
+    assert handler_calls == []
+    assert all(o == ["timed out"] * nscopes for o in outcomes), outcomes
+
+
+# ---- 2. Python run while call_later() holds the loop's sink ----
+
+
+def test_call_later_survives_release_that_frees_its_sink() -> None:
+    # A released timeout's task, freed inside call_later(), closes the loop
+    # and makes another call_later() drop that loop's sink.
+    code = """
+    import asyncio, gc, sys, time
+    import hwtimer
+
+    timer = hwtimer.HashedWheelTimer(0.01)
+    loop1, loop2 = asyncio.new_event_loop(), asyncio.new_event_loop()
+    timer.call_later(100, print, loop=loop1).cancel()
+
+    class Closer:
+        def __call__(self, timeout):
+            pass
+        def __del__(self):
+            loop1.close()
+            timer.call_later(100, print, loop=loop2)  # purges loop1's sink
+            gc.collect()  # which is garbage now: the sink and its weakref
+
+    def spin(seconds):  # holds the GIL: the dispatch thread cannot release
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            pass
+
+    sys.setswitchinterval(100)
+    spin(1.5)  # loop1's cancelled timeout is processed...
+    timer.new_timeout(lambda t: None, 100).cancel()  # ...and released here
+    timer.new_timeout(Closer(), 100).cancel()
+    spin(1.5)  # this one is processed, not yet released
+    gc.collect()
+    try:
+        timer.call_later(0.01, print, loop=loop1)
+    except RuntimeError as e:
+        print("refused:", e)
+    else:
+        print("accepted")
+    sys.setswitchinterval(0.005)
+    time.sleep(0.1)
+    timer.stop()
+    loop2.close()
+    print("done")
+    """
+    proc = run_python(code, timeout=60, args=("-X", "dev"))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("refused:"), proc.stdout + proc.stderr
+    assert proc.stdout.endswith("done\n")
+
+
+# ---- 3. fork while another thread waits in stop() ----
+
+#: A timer with three pending timeouts, whose dispatch thread runs a task
+#: that sleeps SECONDS, for stop() to wait for.
+SLOW_TASK_RUNNING = """
+    timer = hwtimer.HashedWheelTimer(0.01)
+    pending = [timer.new_timeout(lambda t: None, 60) for _ in range(3)]
+    running = threading.Event()
+    def slow(t):
+        running.set()
+        time.sleep(SECONDS)
+    timer.new_timeout(slow, 0)
+    assert running.wait(10)
+"""
+
+
+def test_fork_while_another_thread_waits_in_stop(cpu_load: None) -> None:
+    code = (
+        FORK_PRELUDE
+        + SLOW_TASK_RUNNING.replace("SECONDS", "1.0")
+        + """
+    stopped = []
+    stopper = threading.Thread(target=lambda: stopped.append(timer.stop()))
+    stopper.start()
+    time.sleep(0.3)  # the stopper now waits for the slow task
+    pid = os.fork()
+    if pid == 0:
+        code = 0
+        try:
+            returned = timer.stop()
+            if sorted(map(id, returned)) != sorted(map(id, pending)):
+                code = 10
+            if timer.stop() != []:
+                code = 11
+        except BaseException:
+            import traceback
+            traceback.print_exc()
+            code = 12
+        os._exit(code)
+    status = wait_child(pid)
+    stopper.join(10)
+    assert status == 0, status
+    assert stopped == [[]] or len(stopped[0]) == 3, stopped
+    print("ok", flush=True)
+"""
+    )
+    for _ in range(2):
+        proc = run_python(code, timeout=90)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout == "ok\n"
+
+
+# ---- 4. and 6. stops that could never return ----
+
+
+def test_stops_that_wait_for_each_other_raise() -> None:
+    code = """
+    import threading, hwtimer
+    a, b = hwtimer.HashedWheelTimer(0.01), hwtimer.HashedWheelTimer(0.01)
+    both = threading.Barrier(2, timeout=10)
+    results = {}
+    def stopper(name, other):
+        def task(t):
+            both.wait()
+            try:
+                other.stop()
+                results[name] = "stopped"
+            except RuntimeError as e:
+                results[name] = "refused"
+        return task
+    a.new_timeout(stopper("a", b), 0)
+    b.new_timeout(stopper("b", a), 0)
+    import time
+    end = time.monotonic() + 20
+    while len(results) < 2 and time.monotonic() < end:
+        time.sleep(0.01)
+    a.stop(); b.stop()
+    print(sorted(results.values()))
+    """
+    proc = run_python(code, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "['refused', 'stopped']\n"
+
+
+def test_stop_on_own_dispatch_thread_outside_a_task_is_refused(
+    make_timer: Callable[..., hwtimer.HashedWheelTimer],
+) -> None:
+    timer = make_timer()
+    outcome: list[object] = []
+    done = threading.Event()
+
+    class Stopper:
+        def __call__(self, timeout: hwtimer.Timeout) -> None:
+            pass
+
+        def __del__(self) -> None:  # run on the dispatch thread, after the task
+            try:
+                outcome.append(timer.stop())
+            except RuntimeError as e:
+                outcome.append(e)
+            done.set()
+
+    timer.new_timeout(Stopper(), 0)
+    assert done.wait(DEADLINE)
+    assert len(outcome) == 1 and isinstance(outcome[0], RuntimeError), outcome
+
+
+# ---- 5. an executor whose future fails ----
+
+
+class LateFailingExecutor:
+    """Accepts work, then fails it after submit() returned, as a process
+    pool does with what it cannot pickle."""
+
+    def submit(self, fn: Any, *args: Any) -> concurrent.futures.Future[Any]:
+        fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        threading.Timer(0.01, fut.set_exception, [TypeError("cannot pickle 'Timeout'")]).start()
+        return fut
+
+
+def test_executor_failure_after_submit_is_logged_and_counted(
+    make_timer: Callable[..., hwtimer.HashedWheelTimer], caplog: pytest.LogCaptureFixture
+) -> None:
+    timer = make_timer(executor=LateFailingExecutor())
+    with caplog.at_level(logging.WARNING, logger="hwtimer"):
+        timer.new_timeout(lambda t: None, 0)
+        assert wait_for(lambda: timer.stats()["task_errors"] == 1)
+        assert wait_for(lambda: len(caplog.records) == 1)
+    (record,) = caplog.records
+    assert record.name == "hwtimer" and record.exc_info is not None
+    assert isinstance(record.exc_info[1], TypeError)
+    assert timer.stats()["expired"] == 1
+
+
+def test_process_pool_failure_is_logged(
+    make_timer: Callable[..., hwtimer.HashedWheelTimer], caplog: pytest.LogCaptureFixture
+) -> None:
+    # A Timeout cannot be pickled: a process pool's future fails.
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(1, mp_context=context) as pool:
+        timer = make_timer(executor=pool)
+        with caplog.at_level(logging.WARNING, logger="hwtimer"):
+            timer.new_timeout(lambda t: None, 0)
+            assert wait_for(lambda: timer.stats()["task_errors"] == 1, timeout=60)
+        timer.stop()
+    assert any(r.exc_info for r in caplog.records)
+
+
+def test_executor_cancelled_future_is_logged(
+    make_timer: Callable[..., hwtimer.HashedWheelTimer], caplog: pytest.LogCaptureFixture
+) -> None:
+    class CancellingExecutor:
+        def submit(self, fn: Any, *args: Any) -> concurrent.futures.Future[Any]:
+            fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
+            threading.Timer(0.01, fut.cancel).start()
+            return fut
+
+    timer = make_timer(executor=CancellingExecutor())
+    with caplog.at_level(logging.WARNING, logger="hwtimer"):
+        timer.new_timeout(lambda t: None, 0)
+        assert wait_for(lambda: timer.stats()["task_errors"] == 1)
+
+
+# ---- 7. a closed loop the timer has delivered to ----
+
+
+@pytest.mark.parametrize("kind", LOOPS)
+def test_call_later_on_closed_known_loop_is_refused(
+    kind: str, make_timer: Callable[..., hwtimer.HashedWheelTimer]
+) -> None:
+    timer = make_timer()
+    loop = _new_loop(kind)
+
+    async def deliver() -> None:
+        fut = loop.create_future()
+        timer.call_later(0.01, fut.set_result, None)
+        await fut
+
+    loop.run_until_complete(deliver())
+    loop.close()
+    with pytest.raises(RuntimeError):
+        timer.call_later(0.01, print, loop=loop)
+    assert timer.pending_timeouts() == 0
+
+
+# ---- 8. a cancel counts at once ----
+
+
+def test_cancel_counts_at_once(make_timer: Callable[..., hwtimer.HashedWheelTimer]) -> None:
+    timer = make_timer(0.001, 512, max_pending_timeouts=1)
+    timer.new_timeout(lambda t: None, 0)  # the worker is up and lingering
+    time.sleep(0.1)
+    for _ in range(2000):
+        to = timer.new_timeout(lambda t: None, 60)  # never rejected
+        assert to.cancel()
+        assert timer.pending_timeouts() == 0
+    assert timer.stats()["rejected"] == 0
+    assert wait_for(lambda: timer.stats()["cancelled"] == 2000)
+    assert timer.stats()["pending"] == 0
+
+
+# ---- 9. deadlines just under saturation ----
+
+
+@pytest.mark.parametrize("delay", [9223372035, 9223372000, 9.223372e9, 9223372036])
+def test_deadline_saturates_to_inf(
+    delay: float, make_timer: Callable[..., hwtimer.HashedWheelTimer]
+) -> None:
+    timer = make_timer()
+    to = timer.new_timeout(lambda t: None, delay)
+    assert to.deadline == math.inf or to.deadline >= time.monotonic() + delay - 1
+    assert "never" in repr(to) or "later" in repr(to)
+    to.cancel()
+
+
+# ---- 10. a scope entered after it was made ----
+
+
+@pytest.mark.parametrize("kind", LOOPS)
+@pytest.mark.parametrize(("delay", "late"), [(0.3, 0.6), (1.0, 0.5)])
+def test_scope_entered_late_expires_at_when(kind: str, delay: float, late: float) -> None:
+    # entered `late` seconds after it was made: it expires at when(), made
+    # + delay (at once when that has passed), not `delay` after entry
+    async def main() -> tuple[float, float, float]:
+        loop = asyncio.get_running_loop()
+        cm = hwtimer.timeout(delay)
+        await asyncio.sleep(late)
+        entered = loop.time()
+        try:
+            async with cm:
+                await asyncio.sleep(5)
+        except TimeoutError:
+            pass
+        return cm.when(), entered, loop.time()
+
+    loop = _new_loop(kind)
+    try:
+        when, entered, expired = loop.run_until_complete(main())
+    finally:
+        loop.close()
+    assert expired >= when - 0.01
+    assert expired - max(when, entered) < 0.25, (when, entered, expired)
+
+
+# ---- 11. the loop-sink registry under concurrent call_later() ----
+
+
+def _eventfds() -> int:
+    n = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}") == "anon_inode:[eventfd]":
+                n += 1
+        except OSError:
+            pass
+    return n
+
+
+class SlowClosedLoop(asyncio.SelectorEventLoop):
+    """A loop whose is_closed() lets go of the GIL."""
+
+    def is_closed(self) -> bool:
+        time.sleep(0.05)
+        return super().is_closed()
+
+
+def test_concurrent_new_loops_keep_one_sink_each(
+    make_timer: Callable[..., hwtimer.HashedWheelTimer],
+) -> None:
+    timer = make_timer()
+    slow = SlowClosedLoop()
+    loops = [asyncio.new_event_loop() for _ in range(3)]
+    try:
+        before = _eventfds()
+        timer.call_later(100, print, loop=slow).cancel()
+
+        def schedule(loop: asyncio.AbstractEventLoop) -> None:
+            timer.call_later(100, print, loop=loop).cancel()
+
+        # several threads at once for each new loop, while the registry's
+        # purge lets go of the GIL
+        threads = [threading.Thread(target=schedule, args=(lp,)) for _ in range(3) for lp in loops]
+        for t in threads:
+            t.start()
+            time.sleep(0.005)
+        for t in threads:
+            t.join()
+        for lp in loops:  # each loop has its sink: nothing new is made
+            schedule(lp)
+        assert _eventfds() - before == 1 + len(loops)
+    finally:
+        timer.stop()
+        for lp in [slow, *loops]:
+            lp.close()
+
+
+# ---- 12. stop() can be interrupted ----
+
+
+def test_stop_is_interruptible() -> None:
+    code = (
+        """
+    import os, signal, threading, time
+    import hwtimer
+"""
+        + SLOW_TASK_RUNNING.replace("SECONDS", "3")
+        + """
+    threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT)).start()
+    start = time.monotonic()
+    try:
+        timer.stop()
+    except KeyboardInterrupt:
+        print("interrupted", time.monotonic() - start < 2)
+    returned = timer.stop()
+    print(sorted(map(id, returned)) == sorted(map(id, pending)), timer.stop() == [])
+    """
+    )
+    proc = run_python(code, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "interrupted True\nTrue True\n"
+
+
+# ---- 13. one rule per case ----
+
+
+@pytest.mark.parametrize("kind", LOOPS)
+def test_bool_and_nan_deadlines(kind: str) -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        # a bool is no number of seconds, and NaN no deadline, everywhere
+        for bad, error in ((True, TypeError), (False, TypeError), (float("nan"), ValueError)):
+            with pytest.raises(error):
+                hwtimer.timeout(bad)
+            with pytest.raises(error):
+                hwtimer.timeout_at(bad)
+            with pytest.raises(error):
+                await hwtimer.sleep(bad)
+            with pytest.raises(error):
+                await hwtimer.wait_for(loop.create_future(), bad)
+        nan = float("nan")
+        cm = hwtimer.timeout_at(loop.time() + 10)
+        async with cm:
+            with pytest.raises(ValueError):
+                cm.reschedule(nan)
+            with pytest.raises(TypeError):
+                cm.reschedule(True)
+            assert cm.when() is not None and cm.when() > loop.time()
+
+    loop = _new_loop(kind)
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
+
+
+def test_empty_thread_name_is_refused() -> None:
+    with pytest.raises(ValueError):
+        hwtimer.HashedWheelTimer(thread_name="")
+
+
+def test_negative_max_pending_means_no_limit(
+    make_timer: Callable[..., hwtimer.HashedWheelTimer],
+) -> None:
+    timer = make_timer(max_pending_timeouts=-3)
+    assert timer.max_pending_timeouts == 0
+    handles = [timer.new_timeout(lambda t: None, 60) for _ in range(10)]
+    assert timer.pending_timeouts() == 10
+    for h in handles:
+        h.cancel()
+
+
+# ---- 14. a scope binds when it is awaited ----
+
+
+@pytest.mark.parametrize("kind", LOOPS)
+def test_scope_binds_at_await_time(kind: str) -> None:
+    async def main() -> list[str]:
+        loop = asyncio.get_running_loop()
+        cm = hwtimer.timeout(10)
+        aw = cm.__aenter__()  # called in this task...
+        outcome: list[str] = []
+        done = loop.create_future()
+
+        def drive() -> None:  # ...awaited outside any task
+            try:
+                aw.send(None)
+            except StopIteration:
+                outcome.append("bound")
+            except RuntimeError:
+                outcome.append("refused")
+            done.set_result(None)
+
+        loop.call_soon(drive)
+        await done
+        # driven as a coroutine, inside a task, it enters
+        cm2 = hwtimer.timeout(10)
+        aw2 = cm2.__aenter__()
+        with pytest.raises(StopIteration) as info:
+            aw2.send(None)
+        assert info.value.value is cm2
+        await cm2.__aexit__(None, None, None)
+        # throw() and close() behave as on a coroutine that has not started
+        aw3 = hwtimer.timeout(10).__aenter__()
+        with pytest.raises(ValueError):
+            aw3.throw(ValueError("x"))
+        hwtimer.timeout(10).__aenter__().close()
+        return outcome
+
+    loop = _new_loop(kind)
+    try:
+        assert loop.run_until_complete(main()) == ["refused"]
+    finally:
+        loop.close()
