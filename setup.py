@@ -20,6 +20,7 @@ from setuptools.errors import CompileError, LinkError, PlatformError, SetupError
 
 sources = [
     "src/hwt.c",
+    "src/wheel.c",
     "src/module.c",
     "src/timer.c",
     "src/timeout.c",
@@ -155,7 +156,7 @@ if __name__ == "__main__":
             Extension(
                 "hwtimer._hwtimer",
                 sources=sources,
-                depends=["src/hwt.h", "src/binding.h"],
+                depends=["src/hwt.h", "src/wheel.h", "src/binding.h"],
                 extra_compile_args=compile_args,
                 extra_link_args=link_args,
             )

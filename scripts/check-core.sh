@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# check-core.sh: the hwtimer C core (src/hwt.c) on its own, under sanitizers.
+# check-core.sh: the hwtimer C core (src/hwt.c, src/wheel.c) on its own, under sanitizers.
 #
 #   1. tests/c/model_test.c, the core against its reference model on a fake
 #      clock, built with ASan+UBSan (-fno-sanitize-recover=all);
@@ -36,6 +36,7 @@ CC=${CC:-gcc}
 SEED=${SEED:-$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}
 STRESS_ROUNDS=${STRESS_ROUNDS:-6}
 FUZZ_SECONDS=${FUZZ_SECONDS:-30}
+CORE=("$root/src/hwt.c" "$root/src/wheel.c")
 CFLAGS=(-Wall -Wextra -Werror -O1 -g -pthread -fno-omit-frame-pointer -I"$root/src" -I"$root/tests/c")
 ASAN=(-fsanitize=address,undefined -fno-sanitize-recover=all)
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:strict_string_checks=1}
@@ -47,7 +48,7 @@ step() { printf '\n==== check-core: %s\n' "$*"; }
 build() { # build OUTPUT SOURCE FLAGS...
     local out=$1 src=$2
     shift 2
-    "$CC" "${CFLAGS[@]}" "$@" "$root/tests/c/$src" "$root/src/hwt.c" -o "$work/$out"
+    "$CC" "${CFLAGS[@]}" "$@" "$root/tests/c/$src" "${CORE[@]}" -o "$work/$out"
 }
 
 step "model test under ASan+UBSan (seed $SEED)"
@@ -84,7 +85,7 @@ fi
 
 step "fuzzing the core for ${FUZZ_SECONDS}s (libFuzzer, ASan+UBSan)"
 clang "${CFLAGS[@]}" -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
-    "$root/tests/c/fuzz_core.c" "$root/src/hwt.c" -o "$work/fuzz_core"
+    "$root/tests/c/fuzz_core.c" "${CORE[@]}" -o "$work/fuzz_core"
 corpus=${FUZZ_CORPUS:-$work/corpus}
 mkdir -p "$corpus" "$work/artifacts"
 if ! timeout $((FUZZ_SECONDS + 300)) "$work/fuzz_core" -max_total_time="$FUZZ_SECONDS" \

@@ -1,20 +1,24 @@
 /*
- * hwt.c: the wheel, its queues, the worker thread and the sinks.
+ * hwt.c: the timer's queues, the worker thread and the sinks, around the
+ * hierarchical wheel of wheel.h.
  *
- * Netty's algorithm, with two changes that keep its behaviour: the worker
- * sleeps straight to the next tick whose bucket holds work (an occupancy
- * bitmap finds it) and blocks when nothing is pending; and a timeout's
- * remaining rounds are not counted down but read off its deadline (it is
- * due at tick T when deadline < (T + 1) * tick), which stays right across
- * skipped ticks.
+ * Netty's algorithm, with three changes that keep its behaviour: the worker
+ * sleeps straight to the next tick with work (the wheel's occupancy bitmaps
+ * find it) and blocks when nothing is pending; a timeout's remaining rounds
+ * are not counted down but read off its deadline (it is due at tick T when
+ * deadline < (T + 1) * tick), which stays right across skipped ticks; and
+ * deadlines beyond one turn wait on coarser levels instead of being visited
+ * every turn.
  *
  * Ownership: a scheduled timeout belongs to the timer until the worker
  * delivers it to a sink (expired) or to the released list (cancelled and
- * unlinked, or expired for a closed sink), or stop() returns it.  Only the worker (or, once it has
- * exited, stop) touches the buckets; producers touch the new-timeout stack and the cancel vector.
+ * unlinked, or expired for a closed sink), or stop() returns it.  Only the
+ * worker (or, once it has exited, stop) touches the wheel; producers touch
+ * the new-timeout stack and the cancel vector.
  */
 #define _GNU_SOURCE
 #include "hwt.h"
+#include "wheel.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -50,7 +54,7 @@ enum { CANCEL_WAKE_NONE = 0, CANCEL_WAKE_AT_BATCH = 1, CANCEL_WAKE_AT_FIRST = 2 
    costs it a wake-up a second rather than two per timeout. */
 #define LINGER_NS INT64_C(1000000000)
 
-/* timeout->flags */
+/* timeout->flags: the low bits; the wheel keeps the top (HWT_WHEEL_FLAGS_MASK) */
 #define CANCEL_SEEN  1u /* the worker's: its cancel was processed before it left the queue */
 #define MISSED_SHIFT 4  /* a periodic's HWT_MISSED_* policy, set at schedule */
 #define MISSED_MASK  0x30u
@@ -69,11 +73,6 @@ enum { T_NEW = 0, T_STARTED = 1, T_STOPPED = 2 };
 struct hwt_timer {
     hwt_config cfg;
     char name[16];
-    uint32_t mask;
-    hwt_link *buckets;  /* owned: ticks_per_wheel list heads */
-    uint64_t *occupied; /* owned: a bit per non-empty bucket */
-    uint64_t *summary;  /* owned: a bit per non-zero word of occupied */
-    size_t words, summary_words;
 
     /* Producers' cache line: they push, the worker takes all (a Treiber
        stack, newest first).  `scheduled` counts accepted timeouts; pending
@@ -103,7 +102,8 @@ struct hwt_timer {
     _Alignas(64) hwt_timeout **cancels_spare; /* owned: swapped with cancels */
     size_t spare_cap;
     hwt_timeout *xfer_head, *xfer_tail; /* taken from new_head, FIFO */
-    int64_t tick;                       /* next tick to process */
+    hwt_wheel wheel;                    /* its `elapsed` is the next tick to process */
+    uint64_t expiring, expiring_once;   /* expired so far this tick; of them, one-shot */
     hwt_sink *batch_sinks;              /* sinks with a batch this tick */
     bool worked;                        /* the last run_due() did something */
     int64_t cancel_armed_at;            /* when the first cancel last could wake it */
@@ -229,92 +229,6 @@ static void wake_worker(hwt_timer *t)
         futex_wake(&t->futex_word);
 }
 
-/* ---- occupancy bitmap: which buckets are non-empty ---- */
-
-static inline void mark_occupied(hwt_timer *t, uint32_t b)
-{
-    size_t w = b >> 6;
-    t->occupied[w] |= UINT64_C(1) << (b & 63);
-    t->summary[w >> 6] |= UINT64_C(1) << (w & 63);
-}
-
-static inline void mark_empty(hwt_timer *t, uint32_t b)
-{
-    size_t w = b >> 6;
-    t->occupied[w] &= ~(UINT64_C(1) << (b & 63));
-    if (!t->occupied[w])
-        t->summary[w >> 6] &= ~(UINT64_C(1) << (w & 63));
-}
-
-/* Returns the first occupied bucket index >= from, or -1. */
-static int64_t first_occupied_from(const hwt_timer *t, uint32_t from)
-{
-    size_t w = from >> 6;
-    uint64_t bits = t->occupied[w] & (~UINT64_C(0) << (from & 63));
-    if (bits)
-        return (int64_t)((w << 6) | (size_t)__builtin_ctzll(bits));
-    size_t sw = (w + 1) >> 6;
-    if (sw >= t->summary_words)
-        return -1;
-    uint64_t sbits =
-        (w + 1) & 63 ? t->summary[sw] & (~UINT64_C(0) << ((w + 1) & 63)) : t->summary[sw];
-    for (;;) {
-        if (sbits) {
-            size_t word = (sw << 6) | (size_t)__builtin_ctzll(sbits);
-            return (int64_t)((word << 6) | (size_t)__builtin_ctzll(t->occupied[word]));
-        }
-        if (++sw >= t->summary_words)
-            return -1;
-        sbits = t->summary[sw];
-    }
-}
-
-/* Returns the first tick >= from whose bucket is occupied, or HWT_NEVER. */
-static int64_t next_occupied_tick(const hwt_timer *t, int64_t from)
-{
-    uint32_t pos = (uint32_t)from & t->mask;
-    int64_t b = first_occupied_from(t, pos);
-    if (b < 0 && pos)
-        b = first_occupied_from(t, 0);
-    if (b < 0)
-        return HWT_NEVER;
-    return from + (int64_t)(((uint32_t)b - pos) & t->mask);
-}
-
-/* ---- buckets ---- */
-
-static inline void bucket_append(hwt_timer *t, uint32_t b, hwt_timeout *to)
-{
-    hwt_link *head = &t->buckets[b];
-    if (!head->next) /* first use: the bucket array is left to calloc's zero pages */
-        head->next = head->prev = head;
-    to->link.prev = head->prev;
-    to->link.next = head;
-    head->prev->next = &to->link;
-    head->prev = &to->link;
-    mark_occupied(t, b);
-}
-
-static inline void bucket_unlink(hwt_timer *t, hwt_timeout *to)
-{
-    hwt_link *l = &to->link;
-    l->prev->next = l->next;
-    l->next->prev = l->prev;
-    /* next == prev only when both are the bucket's head: it is now empty */
-    if (l->next == l->prev)
-        mark_empty(t, (uint32_t)(l->next - t->buckets));
-    l->prev = NULL;
-    l->next = NULL;
-}
-
-/* Links `to` into the bucket of its deadline's tick, never into the past. */
-static void wheel_insert(hwt_timer *t, hwt_timeout *to)
-{
-    int64_t calc = hwt_timeout_deadline(to) / t->cfg.tick_ns;
-    int64_t ticks = calc > t->tick ? calc : t->tick;
-    bucket_append(t, (uint32_t)ticks & t->mask, to);
-}
-
 /* ---- delivery to sinks (worker side) ---- */
 
 static void deliver(hwt_timer *t, hwt_timeout *to, hwt_sink *s)
@@ -429,8 +343,8 @@ static inline void count(_Atomic uint64_t *counter, uint64_t n)
 /* Processes one cancelled timeout taken from the cancel vector. */
 static void process_cancel(hwt_timer *t, hwt_timeout *to)
 {
-    if (to->link.prev) {
-        bucket_unlink(t, to);
+    if (hwt_wheel_linked(to)) {
+        hwt_wheel_unlink(&t->wheel, to);
         release_cancelled(t, to);
     } else {
         to->flags |= CANCEL_SEEN; /* still queued: transfer releases it */
@@ -446,9 +360,9 @@ static void process_reset(hwt_timer *t, hwt_timeout *to)
     uint32_t expect = HWT_RESET;
     if (atomic_load_explicit(&to->state, memory_order_relaxed) != HWT_RESET)
         return;
-    if (to->link.prev) {
-        bucket_unlink(t, to);
-        wheel_insert(t, to);
+    if (hwt_wheel_linked(to)) {
+        hwt_wheel_unlink(&t->wheel, to);
+        hwt_wheel_insert(&t->wheel, to);
     }
     atomic_compare_exchange_strong(&to->state, &expect, HWT_INIT);
 }
@@ -525,39 +439,28 @@ static void transfer(hwt_timer *t, size_t limit)
             release_cancelled(t, to);
             continue;
         }
-        wheel_insert(t, to);
+        hwt_wheel_insert(&t->wheel, to);
     }
 }
 
-/* Expires the due timeouts of tick `tick`'s bucket, in scheduling order. */
-static void expire_bucket(hwt_timer *t, int64_t tick)
+/* Delivers one timeout the wheel expired. */
+static void deliver_expired(void *ctx, hwt_timeout *to)
 {
-    uint32_t b = (uint32_t)tick & t->mask;
-    int64_t tick_end = (tick + 1) * t->cfg.tick_ns;
-    hwt_link *head = &t->buckets[b];
-    uint64_t n = 0, once = 0;
-    if (!head->next)
-        return; /* never used */
-    for (hwt_link *l = head->next; l != head;) {
-        hwt_timeout *to = hwt_timeout_of(l);
-        l = l->next;
-        if (hwt_timeout_deadline(to) >= tick_end)
-            continue; /* remaining rounds > 0: a later turn of the wheel */
-        /* a periodic one runs and comes back (hwt_timeout_rearm): it
-           counts as expired only when it ends */
-        uint32_t expect = HWT_INIT;
-        if (!atomic_compare_exchange_strong(&to->state, &expect,
-                                            to->period ? HWT_RUNNING : HWT_EXPIRED))
-            continue; /* cancelled, or reset: its queued entry relinks it */
-        once += !to->period;
-        bucket_unlink(t, to);
-        deliver(t, to, to->sink ? to->sink : &t->dflt);
-        if (++n % EXPIRE_SLICE == 0)
-            publish_batches(t); /* let consumers start on a large bucket */
-    }
+    hwt_timer *t = ctx;
+    t->expiring_once += !to->period;
+    deliver(t, to, to->sink ? to->sink : &t->dflt);
+    if (++t->expiring % EXPIRE_SLICE == 0)
+        publish_batches(t); /* let consumers start on a large bucket */
+}
+
+/* Expires the due timeouts of the current tick, in scheduling order. */
+static void expire_bucket(hwt_timer *t)
+{
+    t->expiring = t->expiring_once = 0;
+    uint64_t n = hwt_wheel_expire(&t->wheel, deliver_expired, t);
     if (n) {
         t->worked = true;
-        count(&t->expired, once);
+        count(&t->expired, t->expiring_once);
         if (n > atomic_load_explicit(&t->max_expired, memory_order_relaxed))
             atomic_store_explicit(&t->max_expired, n, memory_order_relaxed);
     }
@@ -580,12 +483,13 @@ static int64_t tick_end(const hwt_timer *t, int64_t tick)
     return end;
 }
 
-/* The tick the worker must next wake for, or HWT_NEVER. */
+/* The tick the worker must next wake for (an expiry or a cascade), or
+   HWT_NEVER. */
 static int64_t next_target(const hwt_timer *t)
 {
     if (t->cfg.wake_every_tick || t->xfer_head)
-        return t->tick;
-    return next_occupied_tick(t, t->tick);
+        return t->wheel.elapsed;
+    return hwt_wheel_next_tick(&t->wheel);
 }
 
 /* Processes every tick that has ended by `now` and has work, in order,
@@ -598,23 +502,23 @@ static int64_t run_due(hwt_timer *t, int64_t now)
     for (;;) {
         process_cancels(t);
         transfer(t, HWT_MAX_TRANSFER_PER_TICK);
-        if (t->tick > due)
+        if (t->wheel.elapsed > due)
             break;
         int64_t next = next_target(t);
         if (next > due) {
-            t->tick = due + 1; /* the ticks between hold nothing */
+            hwt_wheel_advance(&t->wheel, due + 1); /* the ticks between hold nothing */
             break;
         }
-        t->tick = next;
-        expire_bucket(t, next);
-        t->tick = next + 1;
+        hwt_wheel_advance(&t->wheel, next); /* a far slot starting here cascades */
+        expire_bucket(t);
+        hwt_wheel_advance(&t->wheel, next + 1);
         count(&t->ticks, 1);
         publish_batches(t);
         if (atomic_load_explicit(&t->stopping, memory_order_relaxed))
             break;
     }
     publish_batches(t);
-    atomic_store_explicit(&t->tick_seen, t->tick, memory_order_relaxed);
+    atomic_store_explicit(&t->tick_seen, t->wheel.elapsed, memory_order_relaxed);
     return next_target(t);
 }
 
@@ -634,7 +538,7 @@ static int64_t tick_ending_by(const hwt_timer *t, int64_t when)
 {
     int64_t rel = when - t->start_time;
     int64_t tick = rel <= 0 ? 0 : (rel - 1) / t->cfg.tick_ns;
-    return tick > t->tick ? tick : t->tick;
+    return tick > t->wheel.elapsed ? tick : t->wheel.elapsed;
 }
 
 /* Sleeps until the end of tick `target` (HWT_NEVER: until woken), unless a
@@ -724,15 +628,7 @@ hwt_timer *hwt_timer_new(const hwt_config *config)
     if (!t->cfg.clock)
         t->cfg.clock = hwt_monotonic_ns;
     snprintf(t->name, sizeof(t->name), "%s", config->thread_name ? config->thread_name : "hwtimer");
-    t->mask = n - 1;
-    t->words = (n + 63) / 64;
-    t->summary_words = (t->words + 63) / 64;
-    /* A large wheel is mostly untouched: calloc keeps its pages unmapped
-       until a bucket is first used. */
-    t->buckets = calloc(n, sizeof(hwt_link));
-    t->occupied = calloc(t->words, sizeof(uint64_t));
-    t->summary = calloc(t->summary_words, sizeof(uint64_t));
-    if (!t->buckets || !t->occupied || !t->summary)
+    if (hwt_wheel_init(&t->wheel, n, t->cfg.tick_ns) != 0)
         goto fail;
     pthread_mutex_init(&t->lock, NULL);
     pthread_mutex_init(&t->cancel_lock, NULL);
@@ -757,10 +653,8 @@ fail_locks:
     pthread_mutex_destroy(&t->lock);
     pthread_mutex_destroy(&t->cancel_lock);
     pthread_mutex_destroy(&t->sinks_lock);
+    hwt_wheel_destroy(&t->wheel);
 fail:
-    free(t->buckets);
-    free(t->occupied);
-    free(t->summary);
     free(t);
     errno = ENOMEM;
     return NULL;
@@ -790,9 +684,7 @@ void hwt_timer_decref(hwt_timer *t)
     pthread_mutex_destroy(&t->sinks_lock);
     free(t->cancels);
     free(t->cancels_spare);
-    free(t->buckets);
-    free(t->occupied);
-    free(t->summary);
+    hwt_wheel_destroy(&t->wheel);
     free(t);
 }
 
@@ -1171,6 +1063,147 @@ void hwt_timer_stats(hwt_timer *t, hwt_stats *out)
     out->tick = atomic_load_explicit(&t->tick_seen, memory_order_relaxed);
 }
 
+void hwt_timer_occupancy(hwt_timer *t, hwt_occupancy *out)
+{
+    pthread_mutex_lock(&t->lock);
+    hwt_wheel_occupancy(&t->wheel, out);
+    pthread_mutex_unlock(&t->lock);
+}
+
+/* ---- the soonest pending timeouts ---- */
+
+/* A candidate: ordered by deadline, then by when it was met in scheduling
+   order. */
+typedef struct soon {
+    int64_t deadline;
+    uint64_t order;
+    hwt_timeout *to;
+} soon;
+
+/* A max-heap of the `limit` soonest candidates met so far. */
+typedef struct soon_heap {
+    soon *v; /* owned */
+    size_t n, cap, limit;
+    uint64_t order;
+    int err;
+} soon_heap;
+
+static inline bool soon_before(const soon *a, const soon *b)
+{
+    return a->deadline < b->deadline || (a->deadline == b->deadline && a->order < b->order);
+}
+
+static void soon_sift_down(soon *v, size_t n, size_t i)
+{
+    for (size_t c; (c = 2 * i + 1) < n; i = c) {
+        if (c + 1 < n && soon_before(&v[c], &v[c + 1]))
+            c++;
+        if (!soon_before(&v[i], &v[c]))
+            return;
+        soon tmp = v[i];
+        v[i] = v[c];
+        v[c] = tmp;
+    }
+}
+
+/* Offers `to`, met at position `order`, if it is in state INIT or (when
+   `reset` says so) RESET. */
+static void soon_offer(soon_heap *h, hwt_timeout *to, uint64_t order, bool reset)
+{
+    uint32_t s = atomic_load_explicit(&to->state, memory_order_acquire);
+    if (!(s == HWT_INIT || (reset && s == HWT_RESET)) || !h->limit || h->err)
+        return;
+    soon e = {hwt_timeout_deadline(to), order, to};
+    if (h->n == h->limit) {
+        if (soon_before(&e, &h->v[0])) {
+            h->v[0] = e;
+            soon_sift_down(h->v, h->n, 0);
+        }
+        return;
+    }
+    if (h->n == h->cap) {
+        size_t cap = h->cap ? h->cap * 2 : 64;
+        if (cap > h->limit)
+            cap = h->limit;
+        soon *v = realloc(h->v, cap * sizeof(*v));
+        if (!v) {
+            h->err = ENOMEM;
+            return;
+        }
+        h->v = v;
+        h->cap = cap;
+    }
+    size_t i = h->n++;
+    h->v[i] = e;
+    while (i && soon_before(&h->v[(i - 1) / 2], &h->v[i])) {
+        soon tmp = h->v[i];
+        h->v[i] = h->v[(i - 1) / 2];
+        h->v[(i - 1) / 2] = tmp;
+        i = (i - 1) / 2;
+    }
+}
+
+/* The wheel's visitor: later lists fall due later, so a full heap at the
+   end of a list holds the answer as far as the wheel goes.  A reset one is
+   not where its deadline says: the reset queue offers it. */
+static bool soon_visit(void *ctx, hwt_timeout *to)
+{
+    soon_heap *h = ctx;
+    if (!to)
+        return h->n < h->limit && !h->err;
+    soon_offer(h, to, h->order++, false);
+    return true;
+}
+
+/* Offers what waits to be moved into the wheel, in the order the worker
+   will link it: reset ones still in the wheel (a moment under the cancel
+   lock), the worker's list, then the producers' stack (newest first, so
+   numbered backwards). */
+static void soon_offer_queued(hwt_timer *t, soon_heap *h)
+{
+    pthread_mutex_lock(&t->cancel_lock);
+    for (size_t i = 0; i < t->ncancels; i++) {
+        hwt_timeout *to = (hwt_timeout *)((uintptr_t)t->cancels[i] & ~RESET_TAG);
+        if ((uintptr_t)t->cancels[i] & RESET_TAG && hwt_wheel_linked(to))
+            soon_offer(h, to, h->order++, true);
+    }
+    pthread_mutex_unlock(&t->cancel_lock);
+    for (hwt_timeout *to = t->xfer_head; to; to = hwt_timeout_of(to->link.next))
+        soon_offer(h, to, h->order++, true);
+    hwt_timeout *stack = atomic_load_explicit(&t->new_head, memory_order_acquire);
+    if (stack == CLOSED)
+        return;
+    uint64_t n = 0;
+    for (hwt_timeout *to = stack; to; to = hwt_timeout_of(to->link.next))
+        n++;
+    for (hwt_timeout *to = stack; to; to = hwt_timeout_of(to->link.next))
+        soon_offer(h, to, h->order + --n, true);
+}
+
+int hwt_timer_soonest(hwt_timer *t, size_t limit, hwt_visit_fn fn, void *ctx, size_t *found)
+{
+    soon_heap h = {.limit = limit};
+    *found = 0;
+    pthread_mutex_lock(&t->lock);
+    hwt_wheel_visit(&t->wheel, soon_visit, &h);
+    soon_offer_queued(t, &h);
+    if (!h.err) {
+        /* heap sort: the largest goes last */
+        for (size_t n = h.n; n > 1; n--) {
+            soon tmp = h.v[0];
+            h.v[0] = h.v[n - 1];
+            h.v[n - 1] = tmp;
+            soon_sift_down(h.v, n - 1, 0);
+        }
+        for (size_t i = 0; i < h.n; i++)
+            fn(ctx, h.v[i].to);
+        *found = h.n;
+    }
+    pthread_mutex_unlock(&t->lock);
+    free(h.v);
+    return h.err;
+}
+
 /* ---- stop ---- */
 
 /* Sweeps a timeout still held at stop: an unprocessed one is cancelled and
@@ -1234,13 +1267,9 @@ hwt_timeout *hwt_timer_stop(hwt_timer *t)
         else
             sweep(t, to, &out_tail);
     }
-    for (int64_t b = next_occupied_tick(t, 0); b != HWT_NEVER; b = next_occupied_tick(t, 0)) {
-        hwt_link *head = &t->buckets[b];
-        while (head->next != head) {
-            hwt_timeout *to = hwt_timeout_of(head->next);
-            bucket_unlink(t, to);
-            sweep(t, to, &out_tail);
-        }
+    for (hwt_timeout *to = hwt_wheel_drain(&t->wheel), *next; to; to = next) {
+        next = hwt_timeout_of(to->link.next);
+        sweep(t, to, &out_tail);
     }
     uint64_t returned = 0;
     for (hwt_timeout *to = hwt_timeout_of(out_head.link.next); to;

@@ -18,6 +18,9 @@
  * any thread.
  * Everything else about a timer (start, stop, advance, free) is called by
  * one thread at a time.
+ *
+ * Returns: a call that can fail returns 0 or an errno value (schedule and
+ * cancel say their own), a pointer NULL for "none".
  */
 #ifndef HWT_H
 #define HWT_H
@@ -31,6 +34,7 @@
 #define HWT_NEVER                 INT64_MAX /* a deadline that is never reached */
 #define HWT_MAX_TICKS_PER_WHEEL   (1u << 30)
 #define HWT_MAX_TRANSFER_PER_TICK 100000
+#define HWT_MAX_LEVELS            12 /* level 0 and at most 11 of 64 slots (wheel.h) */
 
 typedef struct hwt_timer hwt_timer;
 typedef struct hwt_sink hwt_sink;
@@ -74,7 +78,7 @@ typedef struct hwt_timeout {
     _Atomic int64_t deadline;
     int64_t period;         /* > 0: periodic, ns between runs; 0: once */
     _Atomic uint32_t state; /* HWT_INIT ... HWT_RUNNING_RESET */
-    uint32_t flags;         /* the worker's bits, and a periodic's policy */
+    uint32_t flags;         /* the worker's bits, a periodic's policy; the top 4 the wheel's */
     hwt_sink *sink;         /* borrowed: where its expiry is delivered */
 } hwt_timeout;
 
@@ -108,6 +112,23 @@ typedef struct hwt_stats {
     uint64_t max_expired_per_tick;
     int64_t tick; /* the wheel's current tick */
 } hwt_stats;
+
+/* How the timeouts in the wheel spread over it (hwt_timer_occupancy).
+   Timeouts queued but not yet in the wheel count in none of these. */
+typedef struct hwt_level_occupancy {
+    int64_t bucket_ticks; /* ticks one bucket spans: 1 on level 0, 64x more a level up */
+    uint64_t buckets;     /* ticks_per_wheel on level 0, 64 above */
+    uint64_t occupied;    /* buckets holding at least one timeout */
+    uint64_t timeouts;    /* timeouts held, cancelled ones not yet unlinked included */
+    uint64_t fullest;     /* timeouts in the fullest bucket */
+} hwt_level_occupancy;
+
+typedef struct hwt_occupancy {
+    unsigned levels; /* level[0 .. levels - 1] are filled in */
+    hwt_level_occupancy level[HWT_MAX_LEVELS];
+    uint64_t never; /* timeouts that never fall due: on no level, never visited */
+    int64_t tick;   /* the wheel's current tick */
+} hwt_occupancy;
 
 /* Results of hwt_timer_schedule and hwt_timeout_rearm. */
 enum { HWT_OK = 0, HWT_EREJECTED = 1, HWT_ESTOPPED = 2, HWT_ECANCELLED = 3, HWT_EAGAIN = 4 };
@@ -196,6 +217,29 @@ int hwt_timeout_cancel(hwt_timeout *to);
 int64_t hwt_timer_pending(hwt_timer *t);
 void hwt_timer_stats(hwt_timer *t, hwt_stats *out);
 
+/* Fills `out` with the wheel's occupancy.  It holds the wheel while it
+   counts (a few microseconds; longer only for a huge, sparse level 0), so
+   the worker waits that long; producers are never held up. */
+void hwt_timer_occupancy(hwt_timer *t, hwt_occupancy *out);
+
+/* Called by hwt_timer_soonest for each timeout it found, in order. */
+typedef void (*hwt_visit_fn)(void *ctx, hwt_timeout *to);
+
+/* Finds the `limit` pending timeouts (neither expired nor cancelled) that
+   fall due first, those not yet moved into the wheel and those reset
+   included (at their new deadline; a periodic one in its run is not on
+   the wheel and not included), and calls
+   fn for each in deadline order, ties in scheduling order; sets *found to
+   how many.  It holds the wheel, not the producers' queues: schedule and
+   cancel go on meanwhile, the worker waits.  The walk stops at the first
+   bucket that completes `limit`, so it costs the timeouts due up to there
+   plus those queued, whatever the pending count.  While fn runs each
+   timeout it is given is alive (the worker cannot release it), but it may
+   be cancelled or expire the moment this returns: fn takes what it keeps
+   (a reference) and must not call stop or advance.  Returns 0, or ENOMEM
+   (nothing was visited). */
+int hwt_timer_soonest(hwt_timer *t, size_t limit, hwt_visit_fn fn, void *ctx, size_t *found);
+
 /* Stops the worker and waits for it.  Returns the timeouts that had
    neither expired nor been cancelled, each now CANCELLED and owned by the
    caller, chained by link.next.  Cancelled ones still held are released
@@ -205,7 +249,9 @@ hwt_timeout *hwt_timer_stop(hwt_timer *t);
 
 /* Manual mode: processes every tick whose end is at or before `now`.
    Returns the clock value at which the next tick with work ends, or
-   HWT_NEVER if nothing is pending. */
+   HWT_NEVER if nothing is pending.  That work may be a cascade of a far
+   level, after which nothing has expired yet: call again with what it
+   returns then (a far timeout takes at most one such step per level). */
 int64_t hwt_timer_advance(hwt_timer *t, int64_t now);
 
 /* ---- sinks: where expired (and released) timeouts are delivered ---- */

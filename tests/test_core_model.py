@@ -1,7 +1,8 @@
 """The C core on its own: builds tests/c/model_test.c (the core against a
 reference model, on a fake clock) and tests/c/stress_core.c (the real
 worker thread under concurrent producers and stop races) with the system C
-compiler, warnings as errors, and runs them.
+compiler, warnings as errors, and runs them; and checks that the model test
+catches a wheel that fires early or reorders a tick when it cascades.
 
 HWTIMER_MODEL_SEED fixes the model test's seed; otherwise it is random and
 a failure prints the command that reproduces it.
@@ -20,6 +21,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 SRC = ROOT / "src"
 CDIR = ROOT / "tests" / "c"
+CORE = ("hwt.c", "wheel.c")
 CFLAGS = ["-Wall", "-Wextra", "-Werror", "-O1", "-g", "-pthread"]
 
 
@@ -31,20 +33,16 @@ def compiler() -> str:
     pytest.skip("no C compiler found")
 
 
-def build(tmp_path: Path, source: str) -> Path:
+def build(tmp_path: Path, source: str, core: dict[str, Path] | None = None) -> Path:
+    """Builds tests/c/`source` with the core, `core` naming replacements for
+    some of its files."""
     if not (SRC / "hwt.c").exists():
         pytest.skip("the C sources are not beside this test (installed elsewhere)")
+    core = core or {}
     exe = tmp_path / Path(source).stem
-    cmd = [
-        compiler(),
-        *CFLAGS,
-        f"-I{SRC}",
-        f"-I{CDIR}",
-        str(CDIR / source),
-        str(SRC / "hwt.c"),
-        "-o",
-        str(exe),
-    ]
+    cmd = [compiler(), *CFLAGS, f"-I{SRC}", f"-I{CDIR}", str(CDIR / source)]
+    cmd += [str(core.get(name, SRC / name)) for name in CORE]
+    cmd += ["-o", str(exe)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, f"{' '.join(cmd)}\n{proc.stdout}{proc.stderr}"
     return exe
@@ -65,21 +63,46 @@ def test_core_agrees_with_model(tmp_path: Path) -> None:
     assert "runs agree with the model" in proc.stdout
 
 
-def test_model_test_reports_a_mismatch(tmp_path: Path) -> None:
-    """The harness fails loudly: a core that delivers a tick early is caught."""
-    broken = tmp_path / "hwt.c"
-    source = (SRC / "hwt.c").read_text()
-    needle = "if (to->deadline >= tick_end)"
-    if needle not in source:
-        pytest.skip("expiry test in hwt.c has changed shape")
-    broken.write_text(source.replace(needle, "if (to->deadline > tick_end + 1)"))
-    exe = tmp_path / "model_test_broken"
-    cmd = [compiler(), "-O1", "-pthread", f"-I{SRC}", f"-I{CDIR}"]
-    cmd += [str(CDIR / "model_test.c"), str(broken), "-o", str(exe)]
-    subprocess.run(cmd, check=True, capture_output=True, timeout=300)
-    proc = subprocess.run([str(exe), "1", "200"], capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 1
+# Patches of src/wheel.c, each a bug the model test must catch: (what it
+# breaks, [(text, replacement), ...], what the mismatch report says).
+BROKEN_WHEELS = {
+    "early": (
+        [
+            (
+                "return calc > w->elapsed ? calc : w->elapsed;",
+                "return calc - 1 > w->elapsed ? calc - 1 : w->elapsed;",
+            )
+        ],
+        "expired early",
+    ),
+    "cascade-reorders": (
+        [
+            ("hwt_link *from = head->next;", "hwt_link *from = head->prev;"),
+            ("head->prev->next = NULL;", "head->next->prev = NULL;"),
+            ("from = from->next;", "from = from->prev;"),
+        ],
+        "of the same tick",
+    ),
+}
+
+
+@pytest.mark.parametrize("bug", sorted(BROKEN_WHEELS))
+def test_model_test_reports_a_mismatch(tmp_path: Path, bug: str) -> None:
+    """The harness fails loudly: a wheel that delivers a tick early, or whose
+    cascade reverses the timeouts of one tick, is caught."""
+    patches, message = BROKEN_WHEELS[bug]
+    source = (SRC / "wheel.c").read_text()
+    for text, replacement in patches:
+        # no skip: if the wheel changed shape, this self-check must be redone
+        assert source.count(text) == 1, f"src/wheel.c no longer holds {text!r}: update {bug!r}"
+        source = source.replace(text, replacement)
+    broken = tmp_path / "wheel.c"
+    broken.write_text(source)
+    exe = build(tmp_path, "model_test.c", {"wheel.c": broken})
+    proc = subprocess.run([str(exe), "1", "300"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stdout[-2000:]
     assert "MODEL MISMATCH" in proc.stderr
+    assert message in proc.stderr
     assert "reproduce with: model_test" in proc.stderr
 
 

@@ -116,6 +116,7 @@ typedef struct m_item {
     int64_t period;      /* > 0: periodic */
     int missed;          /* its HWT_MISSED_* */
     bool delivered;      /* periodic, delivered by the last advance: to run */
+    bool linked_never;   /* linked (transferred) with deadline HWT_NEVER */
 } m_item;
 
 #define m_item_of(tp) ((m_item *)(void *)((char *)(tp) - offsetof(m_item, to)))
@@ -140,6 +141,7 @@ typedef struct m_run {
     uint64_t scheduled, expired, cancelled, rejected;
     int64_t pending;  /* M_LIVE and M_CANCELLED items */
     m_item **scratch; /* owned: nitems + 1 entries */
+    size_t nscratch;
     size_t step;
     char trace[M_TRACE][120];
     size_t ntrace;
@@ -344,9 +346,12 @@ static int64_t m_pick_delay(m_run *r)
 {
     m_source *src = r->src;
     int64_t tick = r->cfg.tick_ns, rev = tick * (int64_t)r->wheel, rel = m_rel(r);
-    switch (m_below(src, 12)) {
+    switch (m_below(src, 14)) {
     case 0:
         return -(int64_t)m_below(src, 3 * (uint64_t)tick + 1);
+    case 12: /* anything from now to centuries: every level of the wheel */
+    case 13:
+        return (int64_t)m_below(src, UINT64_C(1) << m_below(src, 63));
     case 1:
         return m_below(src, 2) ? 0 : INT64_MIN;
     case 2:
@@ -539,9 +544,15 @@ static int64_t m_pick_jump(m_run *r)
     m_source *src = r->src;
     int64_t tick = r->cfg.tick_ns, rev = tick * (int64_t)r->wheel, rel = m_rel(r);
     int64_t jump;
-    switch (m_below(src, 12)) {
+    switch (m_below(src, 14)) {
     case 0:
         jump = 0;
+        break;
+    case 12: /* far: the levels above the wheel cascade on the way */
+        jump = (int64_t)m_below(src, UINT64_C(1) << m_below(src, 60));
+        break;
+    case 13: /* onto the next tick that holds work, as a sleeping worker does */
+        jump = r->last_ret != HWT_NEVER ? r->last_ret - r->clock : (int64_t)m_below(src, 1000);
         break;
     case 1:
         jump = 1 + (int64_t)m_below(src, (uint64_t)tick);
@@ -642,7 +653,9 @@ static bool m_rearm(m_run *r, m_item *it, int64_t start, int64_t end, int during
    reset or a failure. */
 static void m_run_periodic(m_run *r, m_item *it)
 {
-    int64_t p = it->period < r->max_jump ? it->period : r->max_jump;
+    /* a run's length, bounded so that 4 of them stay far inside int64 */
+    int64_t cap = r->max_jump < M_CLOCK_LIMIT / 8 ? r->max_jump : M_CLOCK_LIMIT / 8;
+    int64_t p = it->period < cap ? it->period : cap;
     for (int runs = 0;; runs++) {
         int64_t start = r->clock, run;
         switch (m_below(r->src, 6)) {
@@ -691,6 +704,7 @@ static void m_link_waiting(m_run *r)
         int64_t calc = next->deadline / r->cfg.tick_ns;
         next->due = calc > r->tick ? calc : r->tick;
         next->transferred = true;
+        next->linked_never = next->deadline == HWT_NEVER;
         next->relink = 0;
         next->seq = ++r->seq;
     }
@@ -742,8 +756,8 @@ static void m_advance_to(m_run *r, int64_t now)
             else
                 r->expired++;
             r->pending--;
-        } else if (it->where == M_LIVE) {
-            live++;
+        } else if (it->where == M_LIVE && it->deadline != HWT_NEVER) {
+            live++; /* one that may fall due some day */
             if (it->due < min_due)
                 min_due = it->due;
         }
@@ -759,10 +773,13 @@ static void m_advance_to(m_run *r, int64_t now)
         M_CHECK(r, ret == next_end,
                 "advance returned %" PRId64 ", ticking every tick expects %" PRId64, ret, next_end);
     } else if (!live) {
-        M_CHECK(r, ret == HWT_NEVER, "advance returned %" PRId64 " with nothing pending", ret);
+        M_CHECK(r, ret == HWT_NEVER,
+                "advance returned %" PRId64 " with nothing pending that ever falls due", ret);
     } else {
-        M_CHECK(r, ret != HWT_NEVER, "advance returned HWT_NEVER with %zu pending", live);
-        M_CHECK(r, ret >= next_end && (ret - r->start) % tick == 0,
+        /* a due tick whose end is past int64's clock may read as never */
+        if (min_due < (INT64_MAX - r->start) / tick - 1)
+            M_CHECK(r, ret != HWT_NEVER, "advance returned HWT_NEVER with %zu pending", live);
+        M_CHECK(r, ret == HWT_NEVER || (ret >= next_end && (ret - r->start) % tick == 0),
                 "advance returned %" PRId64 ": not a tick end at or after %" PRId64, ret, next_end);
         if (min_due < (M_CLOCK_LIMIT - r->start) / tick)
             M_CHECK(r, ret <= r->start + (min_due + 1) * tick,
@@ -787,6 +804,150 @@ static void m_op_advance(m_run *r)
         r->clock += m_pick_jump(r);
         m_advance_to(r, r->clock);
     }
+}
+
+/* ---- what the core shows of its wheel ---- */
+
+/* Where the model says a timeout due at tick `due` sits in the wheel at
+   tick r->tick: level 0 for the ticks of the current turn, else the level
+   of the highest bit in which `due` and the tick differ, 6 bits a level
+   (src/wheel.h). */
+static void m_place(const m_run *r, int64_t due, unsigned *level, uint64_t *slot)
+{
+    unsigned bits = (unsigned)__builtin_ctz(r->wheel);
+    uint64_t differ = (uint64_t)due ^ (uint64_t)r->tick;
+    if (!(differ >> bits)) {
+        *level = 0;
+        *slot = (uint64_t)due & (r->wheel - 1);
+        return;
+    }
+    *level = (63 - (unsigned)__builtin_clzll(differ) - bits) / 6 + 1;
+    *slot = ((uint64_t)due >> (bits + 6 * (*level - 1))) & 63;
+}
+
+/* Whether the core holds `it` in its wheel: linked and not yet expired or
+   released; a reset one waits at its old place until the next advance. */
+static bool m_in_wheel(const m_item *it)
+{
+    return it->where != M_FREE && !it->delivered && (it->transferred || it->relink);
+}
+
+/* Whether the core would link `a` before `b` (both pending): linked ones
+   by link order, then reset ones by reset order, then queued ones. */
+static bool m_linked_before(const m_item *a, const m_item *b)
+{
+    int ka = a->transferred ? 0 : a->relink ? 1 : 2, kb = b->transferred ? 0 : b->relink ? 1 : 2;
+    uint64_t oa = ka == 0 ? a->seq : ka == 1 ? a->relink : a->queued;
+    uint64_t ob = kb == 0 ? b->seq : kb == 1 ? b->relink : b->queued;
+    return ka < kb || (ka == kb && oa < ob);
+}
+
+/* Whether the soonest call must give `a` before `b`. */
+static bool m_sooner(const m_item *a, const m_item *b)
+{
+    return a->deadline < b->deadline || (a->deadline == b->deadline && m_linked_before(a, b));
+}
+
+/* Checks hwt_timer_occupancy against where the model places each timeout
+   that is in the wheel (transferred, and not yet expired or released). */
+static void m_check_occupancy(m_run *r)
+{
+    hwt_occupancy occ;
+    hwt_timer_occupancy(r->t, &occ);
+    unsigned bits = (unsigned)__builtin_ctz(r->wheel);
+    M_CHECK(r, occ.levels == 1 + (63 - bits + 5) / 6 && occ.levels <= HWT_MAX_LEVELS,
+            "occupancy: %u levels for a wheel of %" PRIu32, occ.levels, r->wheel);
+    M_CHECK(r, occ.tick == r->tick, "occupancy: tick %" PRId64 ", model %" PRId64, occ.tick,
+            r->tick);
+    uint64_t never = 0, timeouts[HWT_MAX_LEVELS] = {0}, occupied[HWT_MAX_LEVELS] = {0},
+             fullest[HWT_MAX_LEVELS] = {0};
+    for (size_t i = 0; i < r->nitems; i++) {
+        m_item *it = r->items[i];
+        if (!m_in_wheel(it))
+            continue;
+        if (it->linked_never) {
+            never++;
+            continue;
+        }
+        unsigned level, other_level;
+        uint64_t slot, other_slot, same = 0;
+        bool first = true;
+        m_place(r, it->due, &level, &slot);
+        for (size_t j = 0; j < r->nitems; j++) {
+            m_item *o = r->items[j];
+            if (!m_in_wheel(o) || o->linked_never)
+                continue;
+            m_place(r, o->due, &other_level, &other_slot);
+            if (other_level == level && other_slot == slot) {
+                same++;
+                first = first && j >= i; /* count each bucket once */
+            }
+        }
+        timeouts[level]++;
+        occupied[level] += first;
+        if (same > fullest[level])
+            fullest[level] = same;
+    }
+    M_CHECK(r, occ.never == never, "occupancy: %" PRIu64 " never due, model %" PRIu64, occ.never,
+            never);
+    for (unsigned k = 0; k < occ.levels; k++) {
+        const hwt_level_occupancy *l = &occ.level[k];
+        M_CHECK(
+            r, l->timeouts == timeouts[k] && l->occupied == occupied[k] && l->fullest == fullest[k],
+            "occupancy of level %u: %" PRIu64 " timeouts in %" PRIu64 " buckets, fullest %" PRIu64
+            "; model %" PRIu64 ", %" PRIu64 ", %" PRIu64,
+            k, l->timeouts, l->occupied, l->fullest, timeouts[k], occupied[k], fullest[k]);
+        M_CHECK(r,
+                l->buckets == (k ? 64 : r->wheel) &&
+                    l->bucket_ticks == (k ? INT64_C(1) << (bits + 6 * (k - 1)) : 1),
+                "occupancy of level %u: %" PRIu64 " buckets of %" PRId64 " ticks", k, l->buckets,
+                l->bucket_ticks);
+    }
+}
+
+static void m_collect(void *ctx, hwt_timeout *to)
+{
+    m_run *r = ctx;
+    r->scratch[r->nscratch++] = m_owner(r, to, "soonest");
+}
+
+/* Asks the core for the soonest pending timeouts and checks them against
+   the model's pending items in deadline order, ties in scheduling order. */
+static void m_op_soonest(m_run *r)
+{
+    size_t limit = (size_t)m_below(r->src, r->nitems + 2), found = 0;
+    r->nscratch = 0;
+    int rc = hwt_timer_soonest(r->t, limit, m_collect, r, &found);
+    m_trace(r, "soonest %zu -> %d, %zu found", limit, rc, found);
+    M_CHECK(r, rc == 0 && found == r->nscratch, "soonest returned %d, found %zu, visited %zu", rc,
+            found, r->nscratch);
+    size_t expect = 0;
+    m_item *prev = NULL;
+    for (size_t i = 0; i < found; i++) {
+        m_item *it = r->scratch[i];
+        M_CHECK(r, it->where == M_LIVE, "soonest gave item %u, which the model holds as %d", it->id,
+                it->where);
+        M_CHECK(r, !prev || m_sooner(prev, it),
+                "soonest gave item %u (deadline %" PRId64 ", seq %" PRIu64
+                ") after item %u (deadline %" PRId64 ", seq %" PRIu64 ")",
+                it->id, it->deadline, it->seq, prev->id, prev->deadline, prev->seq);
+        prev = it;
+    }
+    /* nothing left out comes before the last one given */
+    for (size_t i = 0; i < r->nitems; i++) {
+        m_item *it = r->items[i];
+        if (it->where != M_LIVE || it->delivered)
+            continue;
+        expect++;
+        bool given = false;
+        for (size_t j = 0; j < found && !given; j++)
+            given = r->scratch[j] == it;
+        M_CHECK(r, given || (found == limit && (!found || m_sooner(prev, it))),
+                "soonest %zu left out item %u (deadline %" PRId64 ", seq %" PRIu64 ")", limit,
+                it->id, it->deadline, it->seq);
+    }
+    M_CHECK(r, found == (limit < expect ? limit : expect), "soonest %zu found %zu of %zu pending",
+            limit, found, expect);
 }
 
 static void m_op_close_sink2(m_run *r)
@@ -905,10 +1066,10 @@ static void m_setup(m_run *r, m_source *src, const char *what, size_t max_items)
     k = m_below(src, 5);
     r->clock = k < 4 ? bases[k] : (int64_t)m_below(src, UINT64_C(1) << 40);
     r->wheel = hwt_round_ticks(r->cfg.ticks_per_wheel);
-    /* ticks one advance may walk: each turn of the wheel visits every
-       occupied bucket, and ticking every tick visits every tick */
-    int64_t rev = r->cfg.tick_ns * (int64_t)r->wheel;
-    r->max_jump = r->cfg.wake_every_tick ? 2000 * r->cfg.tick_ns : 1100 * rev;
+    /* ticks one advance may walk: ticking every tick visits every tick;
+       otherwise only ticks with work are visited, and a timeout makes at
+       most one per level, so any jump goes */
+    r->max_jump = r->cfg.wake_every_tick ? 2000 * r->cfg.tick_ns : M_CLOCK_LIMIT;
     r->last_ret = HWT_NEVER;
 
     r->t = hwt_timer_new(&r->cfg);
@@ -984,8 +1145,12 @@ static void m_run_sequence(m_source *src, const char *what, size_t max_items, si
             m_op_cancel(&r);
         else if (op < 62)
             m_op_reset(&r);
-        else if (op < 99)
+        else if (op < 95)
             m_op_advance(&r), advances++;
+        else if (op < 97)
+            m_op_soonest(&r);
+        else if (op < 99)
+            m_check_occupancy(&r);
         else
             m_op_close_sink2(&r);
         m_check_counts(&r);

@@ -1,5 +1,5 @@
 /*
- * model_test.c: drives the hwtimer C core (src/hwt.c, manual mode, fake
+ * model_test.c: drives the hwtimer C core (src/hwt.c and src/wheel.c, manual mode, fake
  * clock) with seeded random sequences of schedules (one-shot and periodic,
  * all three missed-run policies), cancels, resets and clock advances, and checks it step by step
  * against the model in model.h.
