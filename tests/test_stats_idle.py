@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import threading
 import time
 
@@ -27,19 +28,32 @@ STATS_KEYS = {
 }
 
 
-def worker_switches(name: str) -> int:
-    """Context switches so far of this process's thread named `name`."""
+def _thread_file(name: str, what: str) -> str:
+    """The text of /proc/self/task/<tid>/`what` of this process's thread
+    named `name`."""
     for tid in os.listdir("/proc/self/task"):
         try:
             with open(f"/proc/self/task/{tid}/comm") as f:
                 if f.read().strip() != name:
                     continue
-            with open(f"/proc/self/task/{tid}/status") as f:
-                fields = dict(line.split(":", 1) for line in f if ":" in line)
+            with open(f"/proc/self/task/{tid}/{what}") as f:
+                return f.read()
         except OSError:  # the thread exited meanwhile
             continue
-        return int(fields["voluntary_ctxt_switches"]) + int(fields["nonvoluntary_ctxt_switches"])
     raise LookupError(f"no thread named {name!r}")
+
+
+def worker_switches(name: str) -> int:
+    """Context switches so far of this process's thread named `name`."""
+    lines = _thread_file(name, "status").splitlines()
+    fields = dict(line.split(":", 1) for line in lines if ":" in line)
+    return int(fields["voluntary_ctxt_switches"]) + int(fields["nonvoluntary_ctxt_switches"])
+
+
+def worker_cpu_seconds(name: str) -> float:
+    """CPU time so far of this process's thread named `name` (utime + stime)."""
+    fields = _thread_file(name, "stat").rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def test_stats_has_every_documented_key(make_timer):
@@ -156,6 +170,34 @@ def test_pending_far_timeout_sleeps_to_its_tick(make_timer):
     before = worker_switches("hwt-far-test")
     time.sleep(1.0)
     assert worker_switches("hwt-far-test") - before <= 5
+
+
+def test_many_far_timeouts_do_not_wake_the_worker(make_timer):
+    # 100,000 timeouts one to two hours away, a few a year away and some
+    # never, on a 64 ms wheel: they fill every bucket of level 0's turns, so
+    # a single-level wheel would wake at every tick (about 1000/s, as the
+    # every-tick test below shows) or, busy visiting them, never sleep at
+    # all; on the levels above it they wait for a cascade that comes every
+    # few minutes.
+    timer = make_timer(0.001, 64, thread_name="hwt-far-many")
+    rng = random.Random(11)
+    task = lambda t: None  # noqa: E731
+    for _ in range(100_000):
+        timer.new_timeout(task, 3600 + 3600 * rng.random())
+    for delay in (365 * 86400.0, 1e300, float("inf")):
+        timer.new_timeout(task, delay)
+    assert wait_for(lambda: timer.stats()["pending"] == 100_003)
+    time.sleep(0.2)  # let the worker move them into the wheel and settle
+    wakeups = timer.stats()["wakeups"]
+    before = worker_switches("hwt-far-many")
+    cpu = worker_cpu_seconds("hwt-far-many")
+    time.sleep(2.0)
+    assert timer.stats()["wakeups"] - wakeups <= 40
+    assert worker_switches("hwt-far-many") - before <= 40
+    # a single-level wheel spends most of a core here
+    assert worker_cpu_seconds("hwt-far-many") - cpu < 0.5
+    # stop() finds them on every level
+    assert len(timer.stop()) == 100_003
 
 
 def test_every_tick_mode_wakes_every_tick(monkeypatch, make_timer):

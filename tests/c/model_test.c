@@ -18,6 +18,66 @@
 #define DEFAULT_OPS        400
 #define MAX_ITEMS          128
 
+static int64_t far_clock;
+
+static int64_t far_clock_fn(void *ctx)
+{
+    (void)ctx;
+    return far_clock;
+}
+
+/* A far timeout, followed as a sleeping worker follows it (to each time
+   advance returns): it fires at the very end of its tick after at most one
+   wake-up per level, and a second one of the same deadline, scheduled
+   once the first has cascaded, fires right after it.  Returns 0 or 1. */
+static int far_walk(uint32_t wheel, int64_t delay)
+{
+    hwt_config cfg = {.tick_ns = 1000000, .ticks_per_wheel = wheel, .manual = true};
+    cfg.clock = far_clock_fn;
+    far_clock = 0;
+    hwt_timer *t = hwt_timer_new(&cfg);
+    hwt_timeout a = {0}, b = {0};
+    if (!t || hwt_timer_start(t) != 0)
+        return 1;
+    a.sink = b.sink = hwt_timer_default_sink(t);
+    hwt_timer_schedule(t, &a, delay);
+    int64_t end = (delay / cfg.tick_ns + 1) * cfg.tick_ns, next = hwt_timer_advance(t, 0);
+    unsigned steps = 0, levels = 1 + (63 - (unsigned)__builtin_ctz(wheel) + 5) / 6;
+    hwt_timeout *got = NULL;
+    while (!got && next != HWT_NEVER && steps <= levels) {
+        far_clock = next;
+        next = hwt_timer_advance(t, next);
+        got = hwt_sink_take(hwt_timer_default_sink(t));
+        if (++steps == 1 && !got)
+            hwt_timer_schedule(t, &b, delay - far_clock);
+    }
+    bool ok = got == &a && hwt_timeout_of(a.link.next) == &b && !b.link.next && far_clock == end &&
+              steps <= levels;
+    if (!ok)
+        fprintf(stderr,
+                "far_walk: wheel %" PRIu32 " delay %" PRId64 ": %s after %u steps at %" PRId64
+                ", due at %" PRId64 "\n",
+                wheel, delay, got == &a ? "fired" : "did not fire", steps, far_clock, end);
+    hwt_timer_stop(t);
+    hwt_timer_decref(t);
+    return !ok;
+}
+
+static int far_walks(void)
+{
+    static const uint32_t wheels[] = {1, 8, 512, 4096};
+    static const int64_t delays[] = {
+        INT64_C(5000000000), INT64_C(3600000000000), INT64_C(31536000000000000),
+        INT64_C(3153600000000000000)}; /* 5 s, an hour, a year, a century */
+    int failed = 0;
+    for (size_t w = 0; w < sizeof(wheels) / sizeof(wheels[0]); w++)
+        for (size_t d = 0; d < sizeof(delays) / sizeof(delays[0]); d++)
+            failed |= far_walk(wheels[w], delays[d]);
+    if (!failed)
+        printf("model_test: far timeouts fire on time, at most one wake-up per level\n");
+    return failed;
+}
+
 /* Returns 0 and sets *out, or -1 if `s` is not a whole unsigned number. */
 static int parse_u64(const char *s, uint64_t *out)
 {
@@ -44,6 +104,8 @@ int main(int argc, char **argv)
     printf("model_test: seed %" PRIu64 ", %" PRIu64 " iterations of up to %" PRIu64 " operations\n",
            seed, iterations, ops);
     fflush(stdout);
+    if (far_walks())
+        return 1;
     m_totals totals = {0};
     for (uint64_t i = 0; i < iterations; i++) {
         char what[96];

@@ -293,6 +293,9 @@ static void *producer(void *arg)
             it->far = true;
             delay = (r >> 8) & 1 ? HWT_NEVER : INT64_C(3600) * 1000000000;
             break;
+        case 3: /* a few hundred ticks: across the levels of a small wheel */
+            delay = (int64_t)((r >> 8) % (uint64_t)(600 * tick));
+            break;
         default: /* within a few dozen ticks */
             delay = (int64_t)((r >> 8) % (uint64_t)(40 * tick));
             break;
