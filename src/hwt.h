@@ -2,7 +2,8 @@
  * hwt.h: the C core of hwtimer, Netty's HashedWheelTimer without Python.
  *
  * A timer owns a power-of-two wheel of buckets (intrusive doubly linked
- * lists), a lock-free multi-producer queue of new timeouts, a short-locked
+ * lists) with coarser levels above it for far deadlines (wheel.h), a
+ * lock-free multi-producer queue of new timeouts, a short-locked
  * queue of cancellations, and one worker thread that ticks.  Expired
  * timeouts are handed, a batch per tick, to "sinks": queues that a consumer
  * (a dispatch thread, an event loop) drains; cancelled ones come back on a
@@ -107,7 +108,7 @@ typedef struct hwt_config {
 typedef struct hwt_stats {
     int64_t pending;
     uint64_t scheduled, expired, cancelled, rejected;
-    uint64_t ticks;   /* ticks whose bucket was processed */
+    uint64_t ticks;   /* ticks processed: a bucket expired, or a far level cascaded */
     uint64_t wakeups; /* times the worker woke from sleep */
     uint64_t max_expired_per_tick;
     int64_t tick; /* the wheel's current tick */
