@@ -4,7 +4,8 @@
  * useful anywhere.  Producer threads schedule timeouts and cancel their own
  * and each other's while consumers drain the default sink (blocking in
  * hwt_sink_wait) and a second sink (woken through a pipe by its wake
- * function), and a monitor reads the counters.
+ * function), and a monitor reads the counters and looks at the wheel
+ * (the soonest pending timeouts, its occupancy).
  *
  * Each round checks: every scheduled timeout is delivered exactly once, or
  * returned by stop() exactly once; an expired one never before its
@@ -74,6 +75,7 @@ typedef struct shared {
     _Atomic bool producers_done, monitor_stop;
     _Atomic int64_t consumed;
     _Atomic uint64_t eph_scheduled, eph_rejected; /* the ephemeral sinks' */
+    _Atomic(hwt_timeout *) eph_tos;               /* their timeouts, EPHEMERAL_TIMEOUTS */
     uint64_t seed;
 } shared;
 
@@ -222,6 +224,7 @@ static void *ephemeral_sinks(void *arg)
     shared *sh = arg;
     hwt_timeout tos[EPHEMERAL_TIMEOUTS];
     uint64_t rng = sh->seed ^ 0xe4e;
+    atomic_store(&sh->eph_tos, tos);
     for (int round = 0; round < EPHEMERAL_ROUNDS; round++) {
         hwt_sink *s = malloc(sizeof(*s));
         if (!s || hwt_sink_init(s, sh->t, NULL, -1, NULL) != 0) {
@@ -331,10 +334,57 @@ static void *producer(void *arg)
     return NULL;
 }
 
+/* What hwt_timer_soonest hands the monitor: ours, in deadline order, and
+   not expired (expiry needs the wheel, which the call holds). */
+typedef struct soonest_seen {
+    shared *sh;
+    int64_t last_deadline;
+} soonest_seen;
+
+static void check_soonest(void *ctx, hwt_timeout *to)
+{
+    soonest_seen *seen = ctx;
+    item *it = (item *)(void *)to;
+    hwt_timeout *eph = atomic_load(&seen->sh->eph_tos);
+    bool ephemeral = eph && to >= eph && to < eph + EPHEMERAL_TIMEOUTS;
+    if (!ephemeral && (it < seen->sh->items || it >= seen->sh->items + NITEMS)) {
+        fail("soonest gave %p, not one of ours", (void *)to);
+        return;
+    }
+    if (to->deadline < seen->last_deadline)
+        fail("soonest gave deadline %" PRId64 " after %" PRId64, to->deadline, seen->last_deadline);
+    seen->last_deadline = to->deadline;
+    if (atomic_load(&to->state) == HWT_EXPIRED)
+        fail("soonest gave %p, which had expired", (void *)to);
+}
+
+/* Looks at the wheel the way an operator's snapshot does, while the worker
+   and producers run. */
+static void look_at_wheel(shared *sh)
+{
+    soonest_seen seen = {sh, INT64_MIN};
+    size_t found;
+    if (hwt_timer_soonest(sh->t, 16, check_soonest, &seen, &found) != 0 || found > 16)
+        fail("soonest failed or found %zu of 16", found);
+    hwt_occupancy occ;
+    hwt_timer_occupancy(sh->t, &occ);
+    uint64_t held = occ.never;
+    for (unsigned k = 0; k < occ.levels; k++) {
+        held += occ.level[k].timeouts;
+        if (occ.level[k].fullest > occ.level[k].timeouts ||
+            occ.level[k].occupied > occ.level[k].buckets)
+            fail("occupancy of level %u out of range", k);
+    }
+    if (held > NITEMS + EPHEMERAL_TIMEOUTS)
+        fail("occupancy: %" PRIu64 " timeouts in the wheel, of %d", held,
+             NITEMS + EPHEMERAL_TIMEOUTS);
+}
+
 static void *monitor(void *arg)
 {
     shared *sh = arg;
     while (!atomic_load(&sh->monitor_stop)) {
+        look_at_wheel(sh);
         hwt_stats st;
         hwt_timer_stats(sh->t, &st);
         int64_t pending = hwt_timer_pending(sh->t);
