@@ -11,6 +11,9 @@ hwtimer under test and once for a baseline build:
   is due: worker CPU as % of a core, its wake-ups per second, and RSS bytes
   per pending timeout, the Python object included;
 * ``pair``: schedule then cancel (random delays of 1 to 60 s), ns per pair;
+  and, when valgrind is installed, the instructions of a pair (callgrind,
+  all threads: a run of N pairs minus a run of none), the figure a busy
+  machine does not move;
 * ``turns``: worker CPU time per timeout for timeouts that fire after k
   turns of the wheel, k = 1, 10, 1000 (1 ms x 8: one turn is 8 ms).
 
@@ -113,7 +116,7 @@ def measure_pair(n: int) -> dict:
     t0 = time.perf_counter_ns()
     for i in range(n):
         new_timeout(_noop, delays[i % 1000]).cancel()
-    ns = (time.perf_counter_ns() - t0) / n
+    ns = (time.perf_counter_ns() - t0) / max(n, 1)
     timer.stop()
     return {"n": n, "pair_ns": ns}
 
@@ -151,12 +154,38 @@ def measure_turns(k: int, n: int) -> dict:
 MEASURES = {"far": measure_far, "pair": measure_pair, "turns": measure_turns}
 
 
-def _child(path: str | None, name: str, args: list) -> dict:
+def _env(path: str | None) -> dict:
     env = dict(os.environ)
     paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     env["PYTHONPATH"] = os.pathsep.join(([path] if path else []) + paths)
+    return env
+
+
+def _callgrind_total(path: str | None, n: int, outdir: str) -> int:
+    out_file = os.path.join(outdir, f"callgrind.{n}")
+    cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out_file}"]
+    cmd += [sys.executable, os.path.abspath(__file__), "--child", json.dumps(["pair", [n]])]
+    proc = subprocess.run(cmd, env=_env(path), capture_output=True, text=True, timeout=3600)
+    if proc.returncode != 0:
+        raise RuntimeError(f"callgrind failed: {proc.stderr[-2000:]}")
+    with open(out_file) as f:
+        for line in f:
+            if line.startswith(("summary:", "totals:")):
+                return int(line.split()[1])
+    raise RuntimeError("no total in callgrind's output")
+
+
+def measure_pair_instructions(path: str | None, n: int) -> dict:
+    """Instructions of one schedule + cancel, all threads, by callgrind."""
+    with tempfile.TemporaryDirectory() as tmp:
+        base = _callgrind_total(path, 0, tmp)
+        total = _callgrind_total(path, n, tmp)
+    return {"n": n, "pair_instructions": (total - base) / n}
+
+
+def _child(path: str | None, name: str, args: list) -> dict:
     cmd = [sys.executable, os.path.abspath(__file__), "--child", json.dumps([name, args])]
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=3600)
+    out = subprocess.run(cmd, env=_env(path), capture_output=True, text=True, timeout=3600)
     if out.returncode != 0:
         raise RuntimeError(f"{name} child failed: {out.stderr.strip()[-2000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -200,6 +229,10 @@ def run_all(baseline: str | None, quick: bool = False, repeats: int = 3) -> list
         for build, path in builds:
             runs = [_child(path, name, args) for _ in range(repeats)]
             rows.append({"scenario": name, "build": build, **_median_row(runs)})
+    if shutil.which("valgrind"):
+        for build, path in builds:
+            row = measure_pair_instructions(path, 20_000 if quick else 100_000)
+            rows.append({"scenario": "pair_instructions", "build": build, **row})
     return rows
 
 
@@ -214,6 +247,8 @@ def format_table(rows: list[dict]) -> str:
             )
         elif r["scenario"] == "pair":
             what = f"schedule + cancel: {r['pair_ns']:.0f} ns a pair"
+        elif r["scenario"] == "pair_instructions":
+            what = f"schedule + cancel: {r['pair_instructions']:.0f} instructions a pair"
         else:
             ns = r["worker_ns_per_timeout"]
             what = f"fired after {r['k']:>4} turns: {ns:9.0f} worker ns each"

@@ -63,7 +63,7 @@ import re
 import sys
 
 path, verbose = sys.argv[1], sys.argv[2] == "1"
-ours = re.compile(r"_hwtimer[^ ]*\.so|\((hwt|timer|timeout|loopsink|module)\.c:|src/")
+ours = re.compile(r"_hwtimer[^ ]*\.so|\((hwt|wheel|timer|timeout|loopsink|module)\.c:|src/")
 errors, current = [], None
 for line in open(path, encoding="utf-8", errors="replace"):
     body = re.sub(r"^==\d+== ?", "", line.rstrip("\n"))
