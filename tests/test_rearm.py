@@ -168,14 +168,16 @@ def test_reset_races_expiry_and_cancel_from_several_threads(make_timer) -> None:
     means it never runs."""
     timer = make_timer(0.001, 64)
     n_per_thread, threads = 150, 4
-    runs: dict[int, list[float]] = {}
+    # keyed by the Timeout itself, which keeps it alive: an id could be reused
+    # by another thread's timeout once the first one is freed
+    runs: dict[hwtimer.Timeout, list[float]] = {}
     lock = threading.Lock()
     errors: list[str] = []
 
     def task(to: hwtimer.Timeout) -> None:
         now = time.monotonic()
         with lock:
-            runs.setdefault(id(to), []).append(now)
+            runs.setdefault(to, []).append(now)
 
     def worker(seed: int) -> None:
         rng = random.Random(seed)
@@ -194,12 +196,12 @@ def test_reset_races_expiry_and_cancel_from_several_threads(make_timer) -> None:
         for t, _, _ in mine:
             # expired is set when it falls due; its run follows on the
             # dispatch thread
-            if not wait_for(lambda t=t: t.is_cancelled() or (t.is_expired() and id(t) in runs)):
+            if not wait_for(lambda t=t: t.is_cancelled() or (t.is_expired() and t in runs)):
                 errors.append(f"{t!r} neither ran nor was cancelled")
         time.sleep(0.05)  # a second run, if there were one, would show
         with lock:
             for t, last_true, cancelled in mine:
-                got = runs.get(id(t), [])
+                got = runs.get(t, [])
                 if len(got) > 1:
                     errors.append(f"{t!r} ran {len(got)} times")
                 if cancelled and got:
