@@ -2,7 +2,9 @@
 
 HWTIMER_SANITIZE=address,undefined (or =thread) builds it with those gcc
 sanitizers, for scripts/sanitize.sh.  HWTIMER_WERROR=1 turns warnings into
-errors, as CI builds it.
+errors, as CI builds it.  HWTIMER_PORTABLE=1 builds the portable POSIX
+backend (src/hwt_sys.c) on Linux too, where it is tested; other systems get
+it anyway.
 
 Before compiling, the build checks what it needs (the platform, Python.h, a
 working C compiler, pthread, the kernel headers) and stops with one line
@@ -21,12 +23,16 @@ from setuptools.errors import CompileError, LinkError, PlatformError, SetupError
 sources = [
     "src/hwt.c",
     "src/wheel.c",
+    "src/hwt_sys.c",
     "src/module.c",
     "src/timer.c",
     "src/timeout.c",
     "src/loopsink.c",
     "src/scope.c",
 ]
+
+portable = os.environ.get("HWTIMER_PORTABLE", "0") not in ("", "0")
+define_macros = [("HWTIMER_PORTABLE", "1")] if portable else []
 
 compile_args = ["-std=gnu11", "-Wall", "-Wextra", "-fvisibility=hidden"]
 link_args = ["-pthread"]
@@ -42,9 +48,9 @@ if sanitize:
     compile_args += flags + ["-O1"]
     link_args += flags
 
-# sys.platform prefixes the core can be built for: it sleeps on a futex and
-# wakes loops through an eventfd, both Linux's.
-SUPPORTED_PLATFORMS = ("linux",)
+# sys.platform prefixes the core cannot be built for: it needs POSIX threads
+# (src/hwt_sys.c has a backend for Linux and one for every POSIX system).
+REFUSED_PLATFORMS = ("win", "emscripten", "wasi")
 
 # What the C sources need from the system, checked in this order: a name
 # for the message, a C program that must compile and link with the build's
@@ -66,21 +72,26 @@ SYSTEM_NEEDS = [
         "}\n",
         "the C library's development files (Debian: apt-get install libc6-dev)",
     ),
-    (
-        "<linux/futex.h> and <sys/eventfd.h>",
-        "#include <linux/futex.h>\n#include <sys/eventfd.h>\n"
-        "int main(void) { return FUTEX_WAIT_BITSET + EFD_NONBLOCK == 0; }\n",
-        "the Linux kernel headers (Debian: apt-get install linux-libc-dev)",
-    ),
 ]
+# Linux's backend (futex, eventfd), unless the portable one is asked for.
+if sys.platform.startswith("linux") and not portable:
+    SYSTEM_NEEDS.append(
+        (
+            "<linux/futex.h> and <sys/eventfd.h>",
+            "#include <linux/futex.h>\n#include <sys/eventfd.h>\n"
+            "int main(void) { return FUTEX_WAIT_BITSET + EFD_NONBLOCK == 0; }\n",
+            "the Linux kernel headers (Debian: apt-get install linux-libc-dev),"
+            " or build the portable backend with HWTIMER_PORTABLE=1",
+        )
+    )
 
 
 def check_platform(platform):
     """Raises PlatformError unless the core can be built on `platform`."""
-    if not platform.startswith(SUPPORTED_PLATFORMS):
+    if platform.startswith(REFUSED_PLATFORMS):
         raise PlatformError(
-            f"hwtimer builds on Linux only (its core uses a futex and an eventfd);"
-            f" this platform is {platform!r}"
+            f"hwtimer builds on POSIX systems only (Linux, macOS, the BSDs: its core"
+            f" needs POSIX threads); this platform is {platform!r}"
         )
 
 
@@ -138,7 +149,14 @@ def check_system(compiler):
 
 
 class checked_build_ext(build_ext):
-    """build_ext that refuses a platform or a system it cannot build on."""
+    """build_ext that refuses a platform or a system it cannot build on, and
+    compiles every time: setuptools would otherwise reuse an extension left
+    in build/ by a build with other flags (HWTIMER_PORTABLE, HWTIMER_WERROR,
+    HWTIMER_SANITIZE), since it only compares file times."""
+
+    def finalize_options(self):
+        super().finalize_options()
+        self.force = True
 
     def run(self):
         check_platform(sys.platform)
@@ -156,7 +174,8 @@ if __name__ == "__main__":
             Extension(
                 "hwtimer._hwtimer",
                 sources=sources,
-                depends=["src/hwt.h", "src/wheel.h", "src/binding.h"],
+                depends=["src/hwt.h", "src/wheel.h", "src/hwt_sys.h", "src/binding.h"],
+                define_macros=define_macros,
                 extra_compile_args=compile_args,
                 extra_link_args=link_args,
             )

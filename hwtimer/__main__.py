@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 
-from ._hwtimer import HashedWheelTimer
+from ._hwtimer import HashedWheelTimer, _backend
 
 
 def _pair_cost_hwtimer(timer: HashedWheelTimer, n: int) -> float:
@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.n <= 0 or not 0.0 <= args.fire <= 1.0 or args.tick <= 0:
         parser.error("-n must be > 0, --fire in [0, 1], --tick > 0")
 
-    print(f"hwtimer on CPython {sys.version.split()[0]}")
+    print(f"hwtimer on CPython {sys.version.split()[0]}, {_backend} backend")
     lateness: list[float] = []
     lock = threading.Lock()
     done = threading.Event()

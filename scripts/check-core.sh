@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# check-core.sh: the hwtimer C core (src/hwt.c, src/wheel.c) on its own, under sanitizers.
+# check-core.sh: the hwtimer C core (src/hwt.c, src/wheel.c, src/hwt_sys.c) on
+# its own, under sanitizers.
 #
 #   1. tests/c/model_test.c, the core against its reference model on a fake
 #      clock, built with ASan+UBSan (-fno-sanitize-recover=all);
@@ -22,6 +23,9 @@
 #   STRESS_ROUNDS    stress rounds per sanitizer (default 6)
 #   FUZZ_SECONDS     fuzzing time (default 30; 0 skips the fuzzer)
 #   FUZZ_CORPUS      a corpus directory to keep between runs (default: temp)
+#   HWTIMER_PORTABLE=1       the portable POSIX backend of src/hwt_sys.c (a
+#                            condition variable, a pipe) instead of Linux's
+#   HWTIMER_RELATIVE_WAIT=1  with it, the relative timed waits macOS uses
 #
 # Exits non-zero on the first failure; a fuzzer crash input is kept and its
 # path printed.
@@ -36,8 +40,17 @@ CC=${CC:-gcc}
 SEED=${SEED:-$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}
 STRESS_ROUNDS=${STRESS_ROUNDS:-6}
 FUZZ_SECONDS=${FUZZ_SECONDS:-30}
-CORE=("$root/src/hwt.c" "$root/src/wheel.c")
 CFLAGS=(-Wall -Wextra -Werror -O1 -g -pthread -fno-omit-frame-pointer -I"$root/src" -I"$root/tests/c")
+CORE=("$root/src/hwt.c" "$root/src/wheel.c" "$root/src/hwt_sys.c")
+backend=futex
+if [ "${HWTIMER_PORTABLE:-0}" != 0 ]; then
+    CFLAGS+=(-DHWTIMER_PORTABLE=1)
+    backend=posix
+    if [ "${HWTIMER_RELATIVE_WAIT:-0}" != 0 ]; then
+        CFLAGS+=(-DHWTIMER_RELATIVE_WAIT=1)
+        backend="posix, relative waits"
+    fi
+fi
 ASAN=(-fsanitize=address,undefined -fno-sanitize-recover=all)
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:strict_string_checks=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
@@ -51,15 +64,15 @@ build() { # build OUTPUT SOURCE FLAGS...
     "$CC" "${CFLAGS[@]}" "$@" "$root/tests/c/$src" "${CORE[@]}" -o "$work/$out"
 }
 
-step "model test under ASan+UBSan (seed $SEED)"
+step "model test under ASan+UBSan (seed $SEED, $backend backend)"
 build model_asan model_test.c "${ASAN[@]}"
 timeout 900 "$work/model_asan" "$SEED" ${MODEL_ITERATIONS:+"$MODEL_ITERATIONS"}
 
-step "stress test under TSan (seed $SEED)"
+step "stress test under TSan (seed $SEED, $backend backend)"
 build stress_tsan stress_core.c -fsanitize=thread
 timeout 900 "$work/stress_tsan" "$SEED" "$STRESS_ROUNDS"
 
-step "stress test under ASan+UBSan (seed $SEED)"
+step "stress test under ASan+UBSan (seed $SEED, $backend backend)"
 build stress_asan stress_core.c "${ASAN[@]}"
 timeout 900 "$work/stress_asan" "$SEED" "$STRESS_ROUNDS"
 

@@ -12,6 +12,7 @@
 #include <sys/types.h>
 
 #include "hwt.h"
+#include "hwt_sys.h"
 
 typedef struct TimerObject TimerObject;
 typedef struct TimeoutObject TimeoutObject;

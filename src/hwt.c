@@ -18,16 +18,15 @@
  */
 #define _GNU_SOURCE
 #include "hwt.h"
+#include "hwt_sys.h"
 #include "wheel.h"
 
 #include <errno.h>
 #include <limits.h>
-#include <linux/futex.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -62,8 +61,6 @@ enum { CANCEL_WAKE_NONE = 0, CANCEL_WAKE_AT_BATCH = 1, CANCEL_WAKE_AT_FIRST = 2 
 /* A reset's entry in the cancel vector: the node's address with this bit. */
 #define RESET_TAG ((uintptr_t)1)
 
-/* futex word of the worker */
-enum { AWAKE = 0, SLEEPING = 1, WOKEN = 2 };
 /* lifecycle */
 enum { T_NEW = 0, T_STARTED = 1, T_STOPPED = 2 };
 
@@ -86,7 +83,7 @@ struct hwt_timer {
     _Alignas(64) _Atomic int64_t wake_limit;
     _Atomic uint64_t transfer_wake_at; /* the `scheduled` count that wakes it */
     _Atomic int cancel_wake;           /* CANCEL_WAKE_*: when cancels wake the worker */
-    _Atomic uint32_t futex_word;
+    hwt_park park;                     /* where the worker sleeps */
     _Atomic bool stopping;
     _Atomic bool released_ready; /* `released` holds timeouts to release */
 
@@ -149,10 +146,12 @@ static void lock_timer_for_fork(hwt_timer *t)
     pthread_mutex_lock(&t->sinks_lock);
     for (hwt_sink *s = t->sinks; s; s = s->next_sink)
         pthread_mutex_lock(&s->lock);
+    hwt_park_lock_for_fork(&t->park);
 }
 
 static void unlock_timer_after_fork(hwt_timer *t, bool child)
 {
+    hwt_park_unlock_after_fork(&t->park, child);
     for (hwt_sink *s = t->sinks; s; s = s->next_sink) {
         if (child)
             pthread_cond_init(&s->ready, NULL);
@@ -216,17 +215,11 @@ static inline int64_t now_rel(const hwt_timer *t)
     return t->cfg.clock(t->cfg.clock_ctx) - t->start_time;
 }
 
-static void futex_wake(_Atomic uint32_t *word)
-{
-    syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
-}
-
 /* Wakes the worker if it is sleeping; otherwise it will see the work when
    it next checks before sleeping. */
 static void wake_worker(hwt_timer *t)
 {
-    if (atomic_exchange(&t->futex_word, WOKEN) == SLEEPING)
-        futex_wake(&t->futex_word);
+    hwt_park_wake(&t->park);
 }
 
 /* ---- delivery to sinks (worker side) ---- */
@@ -563,7 +556,7 @@ static void sleep_until_tick(hwt_timer *t, int64_t target)
         }
     }
     int64_t limit = wake_at == HWT_NEVER ? HWT_NEVER : target * t->cfg.tick_ns;
-    atomic_store(&t->futex_word, SLEEPING);
+    hwt_park_prepare(&t->park);
     atomic_store(&t->wake_limit, limit);
     atomic_store(&t->cancel_wake, cancel_wake);
     atomic_store(&t->transfer_wake_at, atomic_load(&t->scheduled) + TRANSFER_WAKE_BATCH);
@@ -571,32 +564,21 @@ static void sleep_until_tick(hwt_timer *t, int64_t target)
        cancel_wake). */
     if (atomic_load(&t->new_head) != NULL || atomic_load(&t->stopping) ||
         (cancel_wake == CANCEL_WAKE_AT_FIRST && cancels_queued(t))) {
-        atomic_store(&t->futex_word, AWAKE);
+        hwt_park_cancel(&t->park);
         atomic_store(&t->wake_limit, -1);
         return;
     }
-    struct timespec ts, *tsp = NULL;
-    if (wake_at != HWT_NEVER) {
-        ts.tv_sec = (time_t)(wake_at / 1000000000);
-        ts.tv_nsec = (long)(wake_at % 1000000000);
-        tsp = &ts;
-    }
-    while (atomic_load(&t->futex_word) == SLEEPING) {
-        long r = syscall(SYS_futex, (uint32_t *)&t->futex_word, FUTEX_WAIT_BITSET_PRIVATE, SLEEPING,
-                         tsp, NULL, FUTEX_BITSET_MATCH_ANY);
-        if (r == -1 && errno == ETIMEDOUT)
-            break;
-    }
+    /* the worker's clock is CLOCK_MONOTONIC, as the park's deadline */
+    hwt_park_until(&t->park, wake_at == HWT_NEVER ? HWT_SYS_FOREVER : wake_at);
     atomic_store(&t->wake_limit, -1);
     atomic_store(&t->cancel_wake, CANCEL_WAKE_NONE);
-    atomic_store(&t->futex_word, AWAKE);
     count(&t->wakeups, 1);
 }
 
 static void *worker_main(void *arg)
 {
     hwt_timer *t = arg;
-    pthread_setname_np(pthread_self(), t->name);
+    hwt_thread_set_name(t->name);
     while (!atomic_load(&t->stopping)) {
         pthread_mutex_lock(&t->lock);
         int64_t target = run_due(t, hwt_monotonic_ns(NULL));
@@ -633,14 +615,16 @@ hwt_timer *hwt_timer_new(const hwt_config *config)
     pthread_mutex_init(&t->lock, NULL);
     pthread_mutex_init(&t->cancel_lock, NULL);
     pthread_mutex_init(&t->sinks_lock, NULL);
+    if (hwt_park_init(&t->park) != 0)
+        goto fail_locks;
     atomic_init(&t->wake_limit, -1);
     atomic_init(&t->refs, 1);
     t->cancel_armed_at = INT64_MIN / 2; /* long ago */
     if (hwt_sink_init(&t->dflt, t, NULL, -1, NULL) != 0)
-        goto fail_locks;
+        goto fail_park;
     if (hwt_sink_init(&t->released, t, NULL, -1, NULL) != 0) {
         hwt_sink_destroy(&t->dflt);
-        goto fail_locks;
+        goto fail_park;
     }
     pthread_mutex_lock(&registry_lock);
     t->reg_next = registry;
@@ -649,6 +633,8 @@ hwt_timer *hwt_timer_new(const hwt_config *config)
     registry = t;
     pthread_mutex_unlock(&registry_lock);
     return t;
+fail_park:
+    hwt_park_destroy(&t->park);
 fail_locks:
     pthread_mutex_destroy(&t->lock);
     pthread_mutex_destroy(&t->cancel_lock);
@@ -682,6 +668,7 @@ void hwt_timer_decref(hwt_timer *t)
     pthread_mutex_destroy(&t->lock);
     pthread_mutex_destroy(&t->cancel_lock);
     pthread_mutex_destroy(&t->sinks_lock);
+    hwt_park_destroy(&t->park);
     free(t->cancels);
     free(t->cancels_spare);
     hwt_wheel_destroy(&t->wheel);
@@ -1307,11 +1294,7 @@ int hwt_sink_init(hwt_sink *s, hwt_timer *t, hwt_wake_fn wake, int wake_fd, void
     int err = pthread_mutex_init(&s->lock, NULL);
     if (err)
         return err;
-    pthread_condattr_t attr;
-    pthread_condattr_init(&attr);
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-    err = pthread_cond_init(&s->ready, &attr);
-    pthread_condattr_destroy(&attr);
+    err = hwt_cond_init(&s->ready);
     if (err) {
         pthread_mutex_destroy(&s->lock);
         return err;

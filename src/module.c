@@ -299,7 +299,8 @@ static int module_exec(PyObject *module)
         return -1;
     if (add_ref(module, "HashedWheelTimer", (PyObject *)st->timer_type) < 0 ||
         add_ref(module, "Timeout", (PyObject *)st->timeout_type) < 0 ||
-        add_ref(module, "TimeoutScope", (PyObject *)st->scope_type) < 0)
+        add_ref(module, "TimeoutScope", (PyObject *)st->scope_type) < 0 ||
+        PyModule_AddStringConstant(module, "_backend", HWT_SYS_BACKEND) < 0)
         return -1;
     st->empty_tuple = PyTuple_New(0);
     st->empty_context = PyContext_New();

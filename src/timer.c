@@ -64,7 +64,7 @@ static void set_native_name(PyObject *name)
     }
     char buf[16];
     native_name(s, buf);
-    pthread_setname_np(pthread_self(), buf);
+    hwt_thread_set_name(buf);
 }
 
 /* Lets whoever waits in dispatch_wait_done() go. */

@@ -1,9 +1,14 @@
-"""The build: one version, and setup.py's refusals, each one clear line.
+"""The build: one version, the backend it asked for, and setup.py's
+refusals, each one clear line.
 
 setup.py's checks run in a subprocess as `setup.py build_ext` would run
 them, with one thing taken away: the platform, Python.h, the compiler,
 pthread.  What they print on stderr must be one line naming what is
 missing, never the compiler's own output.
+
+HWTIMER_PORTABLE=1 in the environment of a build forces the portable POSIX
+backend of src/hwt_sys.c on Linux; CI sets it for the build and for the
+tests, so that a build that silently kept the futex one fails here.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from pathlib import Path
 import pytest
 
 import hwtimer
+from hwtimer import _hwtimer
 
 ROOT = Path(__file__).resolve().parent.parent
 SETUP = ROOT / "setup.py"
@@ -67,12 +73,38 @@ def build_ext(tmp_path: Path, prelude: str = "", env: dict[str, str] | None = No
     return lines[0]
 
 
+def test_backend_is_the_one_the_build_asked_for():
+    if os.environ.get("HWTIMER_PORTABLE", "0") not in ("", "0"):
+        assert _hwtimer._backend == "posix"
+    elif sys.platform.startswith("linux"):
+        assert _hwtimer._backend == "futex"
+    else:
+        assert _hwtimer._backend == "posix"
+
+
 def test_unsupported_platform_is_refused(tmp_path):
-    line = build_ext(tmp_path, "sys.platform = 'darwin'")
+    line = build_ext(tmp_path, "sys.platform = 'win32'")
     assert line == (
-        "error: hwtimer builds on Linux only (its core uses a futex and an eventfd);"
-        " this platform is 'darwin'"
+        "error: hwtimer builds on POSIX systems only (Linux, macOS, the BSDs: its core"
+        " needs POSIX threads); this platform is 'win32'"
     )
+
+
+def test_core_refuses_a_platform_without_posix_threads():
+    # A compiler for a system that is neither Unix nor macOS stops at one
+    # #error that names the problem, setup.py's check or not.
+    if not (ROOT / "src" / "hwt_sys.c").exists():
+        pytest.skip("the C sources are not beside these tests")
+    cc = shutil.which("gcc") or shutil.which("cc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    undefine = ["__unix__", "__unix", "unix", "__linux__", "__linux", "linux", "__gnu_linux__"]
+    cmd = [cc, "-fsyntax-only", *(f"-U{m}" for m in undefine), str(ROOT / "src" / "hwt_sys.c")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0
+    errors = [line for line in proc.stderr.splitlines() if ": error:" in line]
+    assert len(errors) == 1, proc.stderr
+    assert "hwtimer: unsupported platform" in errors[0]
 
 
 def test_missing_python_h(tmp_path):

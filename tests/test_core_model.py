@@ -1,8 +1,11 @@
 """The C core on its own: builds tests/c/model_test.c (the core against a
 reference model, on a fake clock) and tests/c/stress_core.c (the real
 worker thread under concurrent producers and stop races) with the system C
-compiler, warnings as errors, and runs them; and checks that the model test
-catches a wheel that fires early or reorders a tick when it cascades.
+compiler, warnings as errors, and runs them, on each backend of
+src/hwt_sys.c this system can build: Linux's futex one, the portable POSIX
+one, and the portable one with the relative timed waits macOS uses; and
+checks that the model test catches a wheel that fires early or reorders a
+tick when it cascades.
 
 HWTIMER_MODEL_SEED fixes the model test's seed; otherwise it is random and
 a failure prints the command that reproduces it.
@@ -14,6 +17,7 @@ import os
 import random
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -21,8 +25,27 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 SRC = ROOT / "src"
 CDIR = ROOT / "tests" / "c"
-CORE = ("hwt.c", "wheel.c")
+CORE = ("hwt.c", "wheel.c", "hwt_sys.c")
 CFLAGS = ["-Wall", "-Wextra", "-Werror", "-O1", "-g", "-pthread"]
+
+# backend name -> its defines
+BACKENDS = {
+    "futex": [],
+    "posix": ["-DHWTIMER_PORTABLE=1"],
+    "posix-relative": ["-DHWTIMER_PORTABLE=1", "-DHWTIMER_RELATIVE_WAIT=1"],
+}
+backends = pytest.mark.parametrize(
+    "backend",
+    [
+        pytest.param(
+            name,
+            marks=pytest.mark.skipif(
+                name == "futex" and not sys.platform.startswith("linux"), reason="Linux only"
+            ),
+        )
+        for name in BACKENDS
+    ],
+)
 
 
 def compiler() -> str:
@@ -33,14 +56,16 @@ def compiler() -> str:
     pytest.skip("no C compiler found")
 
 
-def build(tmp_path: Path, source: str, core: dict[str, Path] | None = None) -> Path:
-    """Builds tests/c/`source` with the core, `core` naming replacements for
-    some of its files."""
+def build(
+    tmp_path: Path, source: str, core: dict[str, Path] | None = None, backend: str = "futex"
+) -> Path:
+    """Builds tests/c/`source` with the core on `backend`, `core` naming
+    replacements for some of its files."""
     if not (SRC / "hwt.c").exists():
         pytest.skip("the C sources are not beside this test (installed elsewhere)")
     core = core or {}
     exe = tmp_path / Path(source).stem
-    cmd = [compiler(), *CFLAGS, f"-I{SRC}", f"-I{CDIR}", str(CDIR / source)]
+    cmd = [compiler(), *CFLAGS, *BACKENDS[backend], f"-I{SRC}", f"-I{CDIR}", str(CDIR / source)]
     cmd += [str(core.get(name, SRC / name)) for name in CORE]
     cmd += ["-o", str(exe)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
@@ -56,8 +81,9 @@ def run(args: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
     return proc
 
 
-def test_core_agrees_with_model(tmp_path: Path) -> None:
-    exe = build(tmp_path, "model_test.c")
+@backends
+def test_core_agrees_with_model(tmp_path: Path, backend: str) -> None:
+    exe = build(tmp_path, "model_test.c", backend=backend)
     seed = os.environ.get("HWTIMER_MODEL_SEED") or str(random.randrange(2**32))
     proc = run([str(exe), seed], timeout=300)
     assert "runs agree with the model" in proc.stdout
@@ -106,7 +132,8 @@ def test_model_test_reports_a_mismatch(tmp_path: Path, bug: str) -> None:
     assert "reproduce with: model_test" in proc.stderr
 
 
-def test_core_under_concurrent_use(tmp_path: Path) -> None:
-    exe = build(tmp_path, "stress_core.c")
+@backends
+def test_core_under_concurrent_use(tmp_path: Path, backend: str) -> None:
+    exe = build(tmp_path, "stress_core.c", backend=backend)
     proc = run([str(exe), str(random.randrange(2**32)), "6"], timeout=600)
     assert "all rounds passed" in proc.stdout

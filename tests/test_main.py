@@ -30,6 +30,7 @@ def test_main_reports_counts_lateness_and_cost() -> None:
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == ""
     out = proc.stdout
+    assert re.match(r"hwtimer on CPython \S+, (futex|posix) backend\n", out)
     assert "scheduled 20,000 timeouts" in out
     assert "fired 2,000" in out and "pending 0" in out
     assert re.search(r"cancelled 18,000\b", out)

@@ -7,7 +7,7 @@
  *
  * Build (see scripts/check-core.sh):
  *   clang -g -O1 -fsanitize=fuzzer,address,undefined -Isrc \
- *       tests/c/fuzz_core.c src/hwt.c src/wheel.c -o fuzz_core
+ *       tests/c/fuzz_core.c src/hwt.c src/wheel.c src/hwt_sys.c -o fuzz_core
  */
 #define MODEL_ON_FAILURE() abort()
 #include "model.h"
