@@ -104,10 +104,16 @@ struct LoopTimeoutObject {
     LoopTimeoutObject *sink_prev, *sink_next;
 };
 
-/* Delivery to one event loop: an eventfd the loop watches, drained in C. */
+/* Delivery to one event loop: a wake fd the loop watches, drained in C;
+   or, for a loop that cannot watch one, a thread that waits on it and
+   posts each batch with call_soon_threadsafe. */
 struct LoopSinkObject {
     PyObject_HEAD
-    hwt_sink sink;      /* sink.owner: the TimerObject, borrowed */
+    hwt_sink sink;      /* sink.owner: the TimerObject, borrowed;
+                           sink.wake_fd: wakefd.write_fd */
+    hwt_wakefd wakefd;  /* owned; by the posting thread while it runs */
+    bool posting;       /* add_reader is not implemented: batches are posted */
+    bool poster_alive;  /* the posting thread waits on wakefd */
     PyObject *loop_ref; /* owned weakref to the loop, or NULL */
     PyObject *loop;     /* owned if owns_loop (a loop that cannot be weakly
                            referenced), else borrowed: compared only */

@@ -2,24 +2,25 @@
  * loopsink.c: delivery of call_later() callbacks to an asyncio event loop.
  *
  * One sink per (timer, loop): the worker appends each tick's expired
- * callbacks for that loop to the sink and writes its eventfd once; the loop
- * watches the eventfd with add_reader() and runs the whole batch in its own
- * thread.  When the loop goes away (collected, or found closed) the sink is
- * closed: what it held is released, the timeouts it still has on the wheel
- * are cancelled, and any that expire meanwhile are released, not run.
+ * callbacks for that loop to the sink and signals its wake fd (hwt_sys.h:
+ * an eventfd or a pipe) once; the loop watches the fd with add_reader() and
+ * runs the whole batch in its own thread.  A loop that cannot watch a file
+ * descriptor (add_reader raises NotImplementedError, as Windows' Proactor
+ * loop and some custom loops do) is served by a posting thread instead:
+ * it waits on the fd and hands each batch over with one
+ * call_soon_threadsafe.  When the loop goes away (collected, or found
+ * closed) the sink is closed: what it held is released, the timeouts it
+ * still has on the wheel are cancelled, and any that expire meanwhile are
+ * released, not run.
  */
 #include "binding.h"
 
 #include <errno.h>
-#include <sys/eventfd.h>
-#include <unistd.h>
 
 /* The worker's wake-up for a loop: runs with the sink's lock held. */
 static void loop_sink_wake(hwt_sink *s)
 {
-    uint64_t one = 1;
-    ssize_t r = write(s->wake_fd, &one, sizeof(one));
-    (void)r; /* EAGAIN only when the counter is full: it is readable then */
+    hwt_wakefd_signal(s->wake_fd);
 }
 
 /* Returns the loop (a new reference), or NULL, with no exception, once it
@@ -54,15 +55,20 @@ static bool loop_is_open(LoopSinkObject *self)
     return open;
 }
 
+/* Closes the wake fd; while the posting thread waits on it, wakes that
+   thread instead, which closes it once it sees the sink closed (it must
+   never poll a closed, maybe reused, descriptor). */
 static void close_fd(LoopSinkObject *self)
 {
-    if (self->sink.wake_fd >= 0) {
-        close(self->sink.wake_fd);
-        self->sink.wake_fd = -1;
+    if (self->poster_alive) {
+        hwt_wakefd_signal(self->wakefd.write_fd);
+        return;
     }
+    hwt_wakefd_close(&self->wakefd);
+    self->sink.wake_fd = -1;
 }
 
-/* Stops deliveries to this sink and releases what it holds.  The eventfd
+/* Stops deliveries to this sink and releases what it holds.  The wake fd
    stays open while a live loop may still watch it. */
 static void sink_close(LoopSinkObject *self)
 {
@@ -101,7 +107,7 @@ void hwtimer_loop_sink_untrack(LoopTimeoutObject *to)
 }
 
 /* Closes the sinks of a timer that is going away.  A loop still running
-   is woken so that its _run() unregisters the eventfd in its own thread. */
+   is woken so that its _run() unregisters the wake fd in its own thread. */
 void hwtimer_loop_sinks_close(PyObject *sinks)
 {
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(sinks); i++) {
@@ -110,7 +116,7 @@ void hwtimer_loop_sinks_close(PyObject *sinks)
             continue;
         Py_INCREF(s); /* closing it and asking its loop run Python */
         sink_close(s);
-        if (loop_is_open(s))
+        if (!s->posting && loop_is_open(s))
             loop_sink_wake(&s->sink);
         else
             close_fd(s);
@@ -176,19 +182,44 @@ int hwtimer_loop_report(LoopTimeoutObject *to)
     return 0;
 }
 
-/* _run(): the loop's reader callback. */
+/* Has the loop run _run() again at its next turn, an exception set or
+   not: through the wake fd it watches, or, when batches are posted, with
+   call_soon (this is the loop's thread). */
+static void run_again(LoopSinkObject *self)
+{
+    if (!self->posting) {
+        loop_sink_wake(&self->sink);
+        return;
+    }
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyObject *loop = sink_loop(self);
+    PyObject *run = loop ? PyObject_GetAttrString((PyObject *)self, "_run") : NULL;
+    PyObject *r = run ? PyObject_CallMethod(loop, "call_soon", "O", run) : NULL;
+    if (loop && !r)
+        PyErr_WriteUnraisable((PyObject *)self);
+    Py_XDECREF(r);
+    Py_XDECREF(run);
+    Py_XDECREF(loop);
+    PyErr_Restore(type, value, tb);
+}
+
+/* _run(): the loop's reader callback, or the callback posted to it. */
 static PyObject *sink_run(LoopSinkObject *self, PyObject *unused)
 {
     (void)unused;
-    uint64_t count;
-    if (self->sink.wake_fd >= 0 && read(self->sink.wake_fd, &count, sizeof(count)) < 0 &&
-        errno != EAGAIN)
-        return PyErr_SetFromErrno(PyExc_OSError);
+    if (!self->posting && self->wakefd.read_fd >= 0) {
+        int err = hwt_wakefd_drain(self->wakefd.read_fd);
+        if (err) {
+            errno = err;
+            return PyErr_SetFromErrno(PyExc_OSError);
+        }
+    }
     if (self->closed) {
         /* the timer is gone: unregister in this, the loop's, thread */
         PyObject *loop = sink_loop(self);
-        if (loop && self->sink.wake_fd >= 0) {
-            PyObject *r = PyObject_CallMethod(loop, "remove_reader", "i", self->sink.wake_fd);
+        if (loop && !self->posting && self->wakefd.read_fd >= 0) {
+            PyObject *r = PyObject_CallMethod(loop, "remove_reader", "i", self->wakefd.read_fd);
             Py_XDECREF(r);
             PyErr_Clear();
         }
@@ -207,7 +238,7 @@ static PyObject *sink_run(LoopSinkObject *self, PyObject *unused)
             /* the rest run at the loop's next turn, if it has one */
             hwt_sink_put_back(&self->sink, next);
             if (next)
-                loop_sink_wake(&self->sink);
+                run_again(self);
             return NULL;
         }
         node = next;
@@ -273,26 +304,130 @@ static int purge(TimerObject *timer)
     return r;
 }
 
-/* Registers the sink's eventfd with `loop`, from any thread. */
-static int register_reader(hwtimer_state *st, LoopSinkObject *s, PyObject *loop)
+/* ---- the posting thread, for loops that cannot watch a descriptor ---- */
+
+/* Whether the timer has stopped: nothing more will be delivered. */
+static bool sink_finished(LoopSinkObject *self)
 {
-    PyObject *reader = PyObject_GetAttrString((PyObject *)s, "_run");
-    if (!reader)
-        return -1;
+    pthread_mutex_lock(&self->sink.lock);
+    bool finished = self->sink.finished;
+    pthread_mutex_unlock(&self->sink.lock);
+    return finished;
+}
+
+/* _post(): the posting thread's body.  Waits on the wake fd with the GIL
+   released and, for each wake-up (a batch that found the sink empty),
+   posts _run() to the loop with one call_soon_threadsafe; until the sink
+   is closed, or the timer has stopped and its last batch is posted. */
+static PyObject *sink_post(LoopSinkObject *self, PyObject *unused)
+{
+    (void)unused;
+    int fd = self->wakefd.read_fd, err = 0;
+    PyObject *run = PyObject_GetAttrString((PyObject *)self, "_run");
+    while (run && !self->closed) {
+        Py_BEGIN_ALLOW_THREADS
+        err = hwt_wakefd_wait(fd);
+        Py_END_ALLOW_THREADS
+        if (err || self->closed)
+            break;
+        bool finished = sink_finished(self);
+        PyObject *loop = sink_loop(self);
+        PyObject *r = loop ? PyObject_CallMethod(loop, "call_soon_threadsafe", "O", run) : NULL;
+        Py_XDECREF(loop);
+        if (!r) {
+            PyErr_Clear(); /* the loop is closed or gone: nobody will run them */
+            break;
+        }
+        Py_DECREF(r);
+        if (finished)
+            break;
+    }
+    Py_XDECREF(run);
+    self->poster_alive = false;
+    if (err || !sink_finished(self))
+        sink_close(self); /* nothing watches it any more */
+    if (self->closed)
+        close_fd(self);
+    if (err) {
+        errno = err;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    if (!run)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* Starts the posting thread.  Returns 0, or -1 with an exception. */
+static int start_poster(LoopSinkObject *self)
+{
+    hwtimer_state *st = hwtimer_state_of_type(Py_TYPE(self));
+    TimerObject *timer = self->sink.owner; /* alive: the sink is not closed */
+    PyObject *target = PyObject_GetAttrString((PyObject *)self, "_post");
+    PyObject *name = PyUnicode_FromFormat("%U-post", timer->name);
+    PyObject *kwargs = target && name ? Py_BuildValue("{s:O,s:O,s:O}", "target", target, "name",
+                                                      name, "daemon", Py_True)
+                                      : NULL;
+    PyObject *thread = kwargs ? PyObject_Call(st->thread_type, st->empty_tuple, kwargs) : NULL;
+    self->posting = self->poster_alive = thread != NULL;
+    PyObject *r = thread ? PyObject_CallMethod(thread, "start", NULL) : NULL;
+    if (!r)
+        self->poster_alive = false;
+    Py_XDECREF(r);
+    Py_XDECREF(thread);
+    Py_XDECREF(kwargs);
+    Py_XDECREF(name);
+    Py_XDECREF(target);
+    return r ? 0 : -1;
+}
+
+/* _register(): in the loop's thread, has the loop watch the wake fd, or,
+   when it cannot (add_reader raises NotImplementedError), starts the
+   posting thread.  On failure the sink is closed: nothing would run its
+   callbacks. */
+static PyObject *sink_register(LoopSinkObject *self, PyObject *unused)
+{
+    (void)unused;
+    if (self->posting)
+        Py_RETURN_NONE; /* registered already */
+    PyObject *loop = self->closed ? NULL : sink_loop(self);
+    if (!loop) {
+        /* closed, or the loop gone, before it got here: nothing watches it */
+        sink_close(self);
+        close_fd(self);
+        Py_RETURN_NONE;
+    }
+    PyObject *reader = PyObject_GetAttrString((PyObject *)self, "_run");
+    PyObject *r =
+        reader ? PyObject_CallMethod(loop, "add_reader", "iO", self->wakefd.read_fd, reader) : NULL;
+    Py_XDECREF(reader);
+    Py_DECREF(loop);
+    if (!r && PyErr_ExceptionMatches(PyExc_NotImplementedError)) {
+        PyErr_Clear();
+        if (start_poster(self) == 0)
+            Py_RETURN_NONE;
+    }
+    if (!r) {
+        sink_close(self);
+        close_fd(self);
+    }
+    return r;
+}
+
+/* Has `loop` start watching the sink: at once if it is the running loop,
+   else from its own thread.  Returns 0 or -1. */
+static int register_with_loop(hwtimer_state *st, LoopSinkObject *s, PyObject *loop)
+{
     PyObject *running = st->get_running_loop ? PyObject_CallNoArgs(st->get_running_loop) : NULL;
     PyErr_Clear();
     PyObject *r;
     if (running == loop) {
-        r = PyObject_CallMethod(loop, "add_reader", "iO", s->sink.wake_fd, reader);
+        r = sink_register(s, NULL);
     } else {
-        PyObject *add = PyObject_GetAttrString(loop, "add_reader");
-        r = add ? PyObject_CallMethod(loop, "call_soon_threadsafe", "OiO", add, s->sink.wake_fd,
-                                      reader)
-                : NULL;
-        Py_XDECREF(add);
+        PyObject *reg = PyObject_GetAttrString((PyObject *)s, "_register");
+        r = reg ? PyObject_CallMethod(loop, "call_soon_threadsafe", "O", reg) : NULL;
+        Py_XDECREF(reg);
     }
     Py_XDECREF(running);
-    Py_DECREF(reader);
     if (!r)
         return -1;
     Py_DECREF(r);
@@ -324,15 +459,13 @@ static LoopSinkObject *sink_new(TimerObject *timer, PyObject *loop)
     s->live = NULL;
     s->owns_loop = false;
     s->closed = true; /* until it is set up */
-    int fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (fd < 0) {
-        s->sink.timer = NULL;
-        Py_DECREF(s);
-        return (LoopSinkObject *)PyErr_SetFromErrno(PyExc_OSError);
-    }
-    int err = hwt_sink_init(&s->sink, timer->core, loop_sink_wake, fd, timer);
+    s->posting = s->poster_alive = false;
+    s->sink.timer = NULL;
+    int err = hwt_wakefd_open(&s->wakefd);
+    if (!err)
+        err = hwt_sink_init(&s->sink, timer->core, loop_sink_wake, s->wakefd.write_fd, timer);
     if (err) {
-        close(fd);
+        hwt_wakefd_close(&s->wakefd);
         s->sink.timer = NULL;
         Py_DECREF(s);
         errno = err;
@@ -391,7 +524,7 @@ LoopSinkObject *hwtimer_loop_sink_for(TimerObject *timer, PyObject *loop)
     }
     /* listed before registering, which runs Python */
     if (PyList_Append(timer->loop_sinks, (PyObject *)made) < 0 ||
-        register_reader(timer->state, made, loop) < 0) {
+        register_with_loop(timer->state, made, loop) < 0) {
         sink_close(made);
         close_fd(made);
         PyObject *type, *value, *tb;
@@ -444,6 +577,8 @@ static void sink_dealloc(LoopSinkObject *self)
 
 static PyMethodDef sink_methods[] = {
     {"_run", (PyCFunction)sink_run, METH_NOARGS, "Runs the callbacks delivered to this loop."},
+    {"_register", (PyCFunction)sink_register, METH_NOARGS, "Starts the loop's watch on the sink."},
+    {"_post", (PyCFunction)sink_post, METH_NOARGS, "Posts batches to a loop that has no readers."},
     {NULL, NULL, 0, NULL},
 };
 

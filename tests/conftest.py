@@ -137,9 +137,11 @@ def run_python(
 
 
 def _threads_of(names: set[str]) -> list[str]:
-    natives = {native_name(n) for n in names} | {native_name(n + "-dispatch") for n in names}
+    """The worker, dispatch and posting threads of the timers named `names`."""
+    helpers = {n + suffix for n in names for suffix in ("-dispatch", "-post")}
+    natives = {native_name(n) for n in names} | {native_name(n) for n in helpers}
     found = [n for n in native_thread_names() if n in natives]
-    found += [t.name for t in threading.enumerate() if t.name in {n + "-dispatch" for n in names}]
+    found += [t.name for t in threading.enumerate() if t.name in helpers]
     return found
 
 

@@ -1,6 +1,8 @@
 """asyncio integration: call_later delivery, timeout scopes, wait_for, sleep.
 
-Every test runs on asyncio's own event loop and on uvloop.  Where Python has
+Every test runs on asyncio's own event loop, on uvloop, and on a loop that
+cannot watch file descriptors (add_reader raises NotImplementedError, as on
+Windows' Proactor loop), to which batches are posted.  Where Python has
 asyncio.timeout (3.11+), the scope tests run against it too, with the same
 expectations: hwtimer.timeout is meant as a drop-in replacement.
 
@@ -40,11 +42,21 @@ def _new_uvloop_loop() -> asyncio.AbstractEventLoop:
     return uvloop.new_event_loop()
 
 
-@pytest.fixture(params=["asyncio", "uvloop"])
+class NoReaderLoop(asyncio.SelectorEventLoop):
+    """A loop that cannot watch a file descriptor, like Windows' Proactor
+    loop and some custom loops."""
+
+    def add_reader(self, *args: Any) -> None:
+        raise NotImplementedError
+
+
+@pytest.fixture(params=["asyncio", "uvloop", "no-reader"])
 def new_loop(request: pytest.FixtureRequest) -> Callable[[], asyncio.AbstractEventLoop]:
     if request.param == "uvloop":
         pytest.importorskip("uvloop")
         return _new_uvloop_loop
+    if request.param == "no-reader":
+        return NoReaderLoop
     return _new_asyncio_loop
 
 

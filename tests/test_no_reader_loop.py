@@ -1,0 +1,219 @@
+"""Loops that cannot watch a file descriptor.
+
+Windows' Proactor loop and some custom loops raise NotImplementedError
+from add_reader().  call_later() callbacks for such a loop reach it through
+a posting thread of the timer (named after it, ``<thread_name>-post``),
+which hands each batch over with one call_soon_threadsafe.  The whole of
+test_asyncio.py also runs on such a loop; these are the cases particular to
+it: how many posts a batch costs, and when the posting thread ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import weakref
+from typing import Any, Callable
+
+import pytest
+from conftest import DEADLINE, collect_until, wait_for
+
+import hwtimer
+
+
+class NoReaderLoop(asyncio.SelectorEventLoop):
+    """A loop without add_reader that counts the batches posted to it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.posts = 0
+
+    def add_reader(self, *args: Any) -> None:
+        raise NotImplementedError
+
+    def call_soon_threadsafe(self, callback: Callable[..., object], *args: Any, **kw: Any) -> Any:
+        if type(getattr(callback, "__self__", None)).__name__ == "_LoopSink":
+            self.posts += 1
+        return super().call_soon_threadsafe(callback, *args, **kw)
+
+
+def _posters(timer: hwtimer.HashedWheelTimer) -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == timer.thread_name + "-post"]
+
+
+@pytest.fixture
+def loop() -> Any:
+    loop = NoReaderLoop()
+    yield loop
+    loop.close()
+
+
+def test_a_batch_is_posted_once(make_timer: Any, loop: NoReaderLoop) -> None:
+    # 300 callbacks fall due while the loop is busy: however many ticks
+    # they span, the loop gets one call_soon_threadsafe for them all.
+    timer = make_timer(0.01, 64)
+    ran: list[int] = []
+    n = 300
+
+    async def main() -> None:
+        for i in range(n):
+            timer.call_later(0.02 + (i % 5) * 0.01, ran.append, i)
+        # busy: everything falls due and is delivered before the loop looks
+        # (the worker counts a tick's expiries just before it hands them over)
+        assert wait_for(lambda: timer.stats()["expired"] == n)
+        time.sleep(0.2)
+        await asyncio.sleep(0)
+        end = time.monotonic() + DEADLINE
+        while len(ran) < n and time.monotonic() < end:
+            await asyncio.sleep(0.005)
+
+    loop.run_until_complete(main())
+    assert sorted(ran) == list(range(n))
+    assert loop.posts == 1
+    assert len(_posters(timer)) == 1
+
+
+def test_batches_apart_are_posted_apart(make_timer: Any, loop: NoReaderLoop) -> None:
+    timer = make_timer(0.01, 64)
+    ran: list[int] = []
+
+    async def main() -> None:
+        for i in range(3):
+            timer.call_later(0.01, ran.append, i)
+            end = time.monotonic() + DEADLINE
+            while len(ran) <= i and time.monotonic() < end:
+                await asyncio.sleep(0.005)
+
+    loop.run_until_complete(main())
+    assert ran == [0, 1, 2]
+    assert loop.posts == 3
+
+
+def test_posting_thread_ends_when_the_timer_stops(make_timer: Any, loop: NoReaderLoop) -> None:
+    # A batch that fell due before stop() still runs on the loop; then the
+    # posting thread is gone.
+    timer = make_timer(0.01, 64)
+    ran: list[str] = []
+
+    async def schedule() -> None:
+        timer.call_later(0.01, ran.append, "due")
+        timer.call_later(3600, ran.append, "far")
+
+    loop.run_until_complete(schedule())
+    assert len(_posters(timer)) == 1
+    assert wait_for(lambda: timer.stats()["expired"] == 1)
+    [far] = timer.stop()
+    assert far.is_cancelled()
+    assert wait_for(lambda: not _posters(timer))
+
+    async def drain() -> None:
+        end = time.monotonic() + DEADLINE
+        while not ran and time.monotonic() < end:
+            await asyncio.sleep(0.005)
+
+    loop.run_until_complete(drain())
+    assert ran == ["due"]
+
+
+def test_posting_thread_ends_with_its_loop(make_timer: Any) -> None:
+    # A loop closed and collected with callbacks pending: they never run,
+    # what they hold is released, and the posting thread ends.
+    timer = make_timer(0.01, 64)
+    loop = NoReaderLoop()
+    payload = {"held": True}
+    ran: list[object] = []
+
+    async def schedule(payload: object) -> None:
+        timer.call_later(0.01, ran.append, payload)
+        timer.call_later(3600, ran.append, payload)
+
+    loop.run_until_complete(schedule(payload))
+    assert len(_posters(timer)) == 1
+    loop.close()
+    watch = weakref.ref(loop)
+    del loop, payload
+    assert collect_until(watch)
+    assert wait_for(lambda: not _posters(timer))
+    assert wait_for(lambda: timer.pending_timeouts() == 0)
+    assert ran == []
+
+
+def test_closed_loop_stops_its_posting_thread(make_timer: Any) -> None:
+    # Closed but still referenced: the next batch cannot be posted, so the
+    # thread closes the sink and ends, and the callbacks are released.
+    timer = make_timer(0.01, 64)
+    loop = NoReaderLoop()
+    ran: list[int] = []
+
+    async def schedule() -> None:
+        timer.call_later(0.05, ran.append, 1)
+
+    loop.run_until_complete(schedule())
+    loop.close()
+    assert wait_for(lambda: not _posters(timer))
+    assert wait_for(lambda: timer.pending_timeouts() == 0)
+    assert ran == []
+
+
+@pytest.mark.parametrize("loop_type", [asyncio.SelectorEventLoop, NoReaderLoop])
+def test_keyboard_interrupt_leaves_the_rest_for_the_next_run(
+    make_timer: Any, loop_type: type[asyncio.AbstractEventLoop]
+) -> None:
+    # As in asyncio, KeyboardInterrupt from a callback stops the loop; the
+    # rest of its batch runs when the loop runs again.
+    timer = make_timer(0.01, 64)
+    loop = loop_type()
+    ran: list[int] = []
+
+    def interrupt() -> None:
+        ran.append(1)
+        raise KeyboardInterrupt
+
+    async def main() -> None:
+        timer.call_later(0.02, ran.append, 0)
+        timer.call_later(0.02, interrupt)
+        timer.call_later(0.02, ran.append, 2)
+        timer.call_later(0.02, ran.append, 3)
+        await asyncio.sleep(DEADLINE)
+
+    async def rest() -> None:
+        end = time.monotonic() + DEADLINE
+        while len(ran) < 4 and time.monotonic() < end:
+            await asyncio.sleep(0.005)
+
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            loop.run_until_complete(main())
+        assert ran == [0, 1]
+        loop.run_until_complete(rest())
+        assert ran == [0, 1, 2, 3]
+    finally:
+        for task in asyncio.all_tasks(loop):
+            task.cancel()
+        loop.run_until_complete(asyncio.sleep(0))
+        loop.close()
+
+
+def test_scheduled_from_another_thread_before_the_loop_runs(make_timer: Any) -> None:
+    # The sink is registered from the loop's own thread once it runs.
+    timer = make_timer(0.01, 64)
+    loop = NoReaderLoop()
+    ran: list[str] = []
+    try:
+        t = threading.Thread(target=lambda: timer.call_later(0.01, ran.append, "x", loop=loop))
+        t.start()
+        t.join()
+        time.sleep(0.05)  # due, and delivered, before the loop watches the sink
+        assert not _posters(timer)
+
+        async def wait() -> None:
+            end = time.monotonic() + DEADLINE
+            while not ran and time.monotonic() < end:
+                await asyncio.sleep(0.005)
+
+        loop.run_until_complete(wait())
+        assert ran == ["x"]
+        assert len(_posters(timer)) == 1
+    finally:
+        loop.close()
