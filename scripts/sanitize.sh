@@ -66,11 +66,14 @@ case "$mode" in
 address) want=libasan ;;
 thread) want=libtsan ;;
 esac
-if ! ldd "$ext" | grep -q "$want"; then
+# not `ldd | grep -q`: grep's early exit can kill ldd with SIGPIPE, which
+# pipefail reports as a failure
+linked=$(ldd "$ext")
+if ! grep -q "$want" <<<"$linked"; then
     echo "sanitize.sh: $ext is not linked with $want: HWTIMER_SANITIZE had no effect" >&2
     exit 1
 fi
-echo "==== sanitize.sh: $ext links $(ldd "$ext" | grep -oE 'lib(asan|ubsan|tsan)[^ ]*' | sort -u | tr '\n' ' ')"
+echo "==== sanitize.sh: $ext links $(grep -oE 'lib(asan|ubsan|tsan)[^ ]*' <<<"$linked" | sort -u | tr '\n' ' ')"
 
 supp=$root/scripts
 common="print_stacktrace=1:halt_on_error=1:exitcode=86"
