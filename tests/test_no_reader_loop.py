@@ -17,7 +17,7 @@ import weakref
 from typing import Any, Callable
 
 import pytest
-from conftest import DEADLINE, collect_until, wait_for
+from conftest import DEADLINE, collect_until, run_python, wait_for
 
 import hwtimer
 
@@ -217,3 +217,35 @@ def test_scheduled_from_another_thread_before_the_loop_runs(make_timer: Any) -> 
         assert len(_posters(timer)) == 1
     finally:
         loop.close()
+
+
+@pytest.mark.parametrize("close", [False, True], ids=["loop-open", "loop-closed"])
+def test_exit_with_callbacks_pending(close: bool) -> None:
+    # Interpreter exit with the posting thread waiting and callbacks both
+    # due and far: no hang, no crash, nothing printed.
+    code = f"""
+    import asyncio, hwtimer
+
+    class NoReaderLoop(asyncio.SelectorEventLoop):
+        def add_reader(self, *args):
+            raise NotImplementedError
+
+    timer = hwtimer.default_timer()
+    loop = NoReaderLoop()
+
+    async def main():
+        for i in range(2000):
+            timer.call_later(0.001 * (i % 20), int)
+            timer.call_later(3600, int)
+        await asyncio.sleep(0.005)
+
+    loop.run_until_complete(main())
+    if {close}:
+        loop.close()
+    print("ok", flush=True)
+    """
+    for _ in range(5):
+        proc = run_python(code, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout == "ok\n"
+        assert proc.stderr == ""
