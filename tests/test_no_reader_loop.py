@@ -42,6 +42,17 @@ def _posters(timer: hwtimer.HashedWheelTimer) -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name == timer.thread_name + "-post"]
 
 
+async def _until(done: Callable[[], bool]) -> None:
+    """Lets the loop run until `done()`, for at most DEADLINE seconds."""
+    end = time.monotonic() + DEADLINE
+    while not done() and time.monotonic() < end:
+        await asyncio.sleep(0.005)
+
+
+def _run_until(loop: asyncio.AbstractEventLoop, done: Callable[[], bool]) -> None:
+    loop.run_until_complete(_until(done))
+
+
 @pytest.fixture
 def loop() -> Any:
     loop = NoReaderLoop()
@@ -63,10 +74,7 @@ def test_a_batch_is_posted_once(make_timer: Any, loop: NoReaderLoop) -> None:
         # (the worker counts a tick's expiries just before it hands them over)
         assert wait_for(lambda: timer.stats()["expired"] == n)
         time.sleep(0.2)
-        await asyncio.sleep(0)
-        end = time.monotonic() + DEADLINE
-        while len(ran) < n and time.monotonic() < end:
-            await asyncio.sleep(0.005)
+        await _until(lambda: len(ran) == n)
 
     loop.run_until_complete(main())
     assert sorted(ran) == list(range(n))
@@ -81,9 +89,7 @@ def test_batches_apart_are_posted_apart(make_timer: Any, loop: NoReaderLoop) -> 
     async def main() -> None:
         for i in range(3):
             timer.call_later(0.01, ran.append, i)
-            end = time.monotonic() + DEADLINE
-            while len(ran) <= i and time.monotonic() < end:
-                await asyncio.sleep(0.005)
+            await _until(lambda i=i: len(ran) > i)
 
     loop.run_until_complete(main())
     assert ran == [0, 1, 2]
@@ -106,13 +112,7 @@ def test_posting_thread_ends_when_the_timer_stops(make_timer: Any, loop: NoReade
     [far] = timer.stop()
     assert far.is_cancelled()
     assert wait_for(lambda: not _posters(timer))
-
-    async def drain() -> None:
-        end = time.monotonic() + DEADLINE
-        while not ran and time.monotonic() < end:
-            await asyncio.sleep(0.005)
-
-    loop.run_until_complete(drain())
+    _run_until(loop, lambda: bool(ran))
     assert ran == ["due"]
 
 
@@ -177,16 +177,11 @@ def test_keyboard_interrupt_leaves_the_rest_for_the_next_run(
         timer.call_later(0.02, ran.append, 3)
         await asyncio.sleep(DEADLINE)
 
-    async def rest() -> None:
-        end = time.monotonic() + DEADLINE
-        while len(ran) < 4 and time.monotonic() < end:
-            await asyncio.sleep(0.005)
-
     try:
         with pytest.raises(KeyboardInterrupt):
             loop.run_until_complete(main())
         assert ran == [0, 1]
-        loop.run_until_complete(rest())
+        _run_until(loop, lambda: len(ran) == 4)
         assert ran == [0, 1, 2, 3]
     finally:
         for task in asyncio.all_tasks(loop):
@@ -206,13 +201,7 @@ def test_scheduled_from_another_thread_before_the_loop_runs(make_timer: Any) -> 
         t.join()
         time.sleep(0.05)  # due, and delivered, before the loop watches the sink
         assert not _posters(timer)
-
-        async def wait() -> None:
-            end = time.monotonic() + DEADLINE
-            while not ran and time.monotonic() < end:
-                await asyncio.sleep(0.005)
-
-        loop.run_until_complete(wait())
+        _run_until(loop, lambda: bool(ran))
         assert ran == ["x"]
         assert len(_posters(timer)) == 1
     finally:
