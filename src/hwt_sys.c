@@ -98,10 +98,7 @@ void hwt_park_cancel(hwt_park *p)
     atomic_store(&p->state, AWAKE);
 }
 
-#if !HWT_SYS_FUTEX
-/* Waits on p->cond, p->lock held, until signalled or `deadline_ns`.
-   Returns whether the deadline has passed. */
-static bool cond_wait_until(hwt_park *p, int64_t deadline_ns)
+bool hwt_cond_wait_until(pthread_cond_t *c, pthread_mutex_t *m, int64_t deadline_ns)
 {
 #if RELATIVE_WAIT
     struct timespec now;
@@ -111,7 +108,7 @@ static bool cond_wait_until(hwt_park *p, int64_t deadline_ns)
         return true;
     struct timespec rel = timespec_of(left);
 #if defined(__APPLE__)
-    pthread_cond_timedwait_relative_np(&p->cond, &p->lock, &rel);
+    pthread_cond_timedwait_relative_np(c, m, &rel);
 #else
     /* Forced where absolute waits exist: a CLOCK_REALTIME deadline, taken
        afresh at each wait, stands in for the relative one. */
@@ -123,15 +120,14 @@ static bool cond_wait_until(hwt_park *p, int64_t deadline_ns)
         abs.tv_sec++;
         abs.tv_nsec -= 1000000000;
     }
-    pthread_cond_timedwait(&p->cond, &p->lock, &abs);
+    pthread_cond_timedwait(c, m, &abs);
 #endif
     return false; /* the caller loops: the next call sees the time left */
 #else
     struct timespec abs = timespec_of(deadline_ns);
-    return pthread_cond_timedwait(&p->cond, &p->lock, &abs) == ETIMEDOUT;
+    return pthread_cond_timedwait(c, m, &abs) == ETIMEDOUT;
 #endif
 }
-#endif
 
 void hwt_park_until(hwt_park *p, int64_t deadline_ns)
 {
@@ -152,7 +148,7 @@ void hwt_park_until(hwt_park *p, int64_t deadline_ns)
     while (atomic_load(&p->state) == SLEEPING) {
         if (deadline_ns == HWT_SYS_FOREVER)
             pthread_cond_wait(&p->cond, &p->lock);
-        else if (cond_wait_until(p, deadline_ns))
+        else if (hwt_cond_wait_until(&p->cond, &p->lock, deadline_ns))
             break;
     }
     pthread_mutex_unlock(&p->lock);

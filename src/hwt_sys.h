@@ -89,6 +89,10 @@ void hwt_park_unlock_after_fork(hwt_park *p, bool child);
 /* Initialises a condition variable whose timed waits, if any, are on
    CLOCK_MONOTONIC where the platform allows.  Returns 0 or an errno value. */
 int hwt_cond_init(pthread_cond_t *c);
+/* Waits on `c` (from hwt_cond_init), `m` held, until signalled or until
+   CLOCK_MONOTONIC reads `deadline_ns`.  Returns whether the deadline has
+   passed; it may return early, so callers check their condition and loop. */
+bool hwt_cond_wait_until(pthread_cond_t *c, pthread_mutex_t *m, int64_t deadline_ns);
 
 /* A descriptor an event loop watches: one eventfd, or a pipe's two ends.
    Both ends are non-blocking and close-on-exec; -1 once closed. */

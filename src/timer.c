@@ -120,14 +120,9 @@ static int dispatch_wait_done(DispatchObject *self)
         bool done;
         Py_BEGIN_ALLOW_THREADS
         pthread_mutex_lock(&self->lock);
-        if (!self->done) {
-            struct timespec ts;
-            clock_gettime(CLOCK_MONOTONIC, &ts);
-            int64_t at = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec + STOP_SIGNAL_POLL_NS;
-            ts.tv_sec = (time_t)(at / 1000000000);
-            ts.tv_nsec = (long)(at % 1000000000);
-            pthread_cond_timedwait(&self->done_cond, &self->lock, &ts);
-        }
+        if (!self->done)
+            hwt_cond_wait_until(&self->done_cond, &self->lock,
+                                hwt_monotonic_ns(NULL) + STOP_SIGNAL_POLL_NS);
         done = self->done;
         pthread_mutex_unlock(&self->lock);
         Py_END_ALLOW_THREADS
@@ -184,14 +179,7 @@ static DispatchObject *dispatch_new(TimerObject *timer)
     d->name = PyUnicode_FromFormat("%U-dispatch", timer->name);
     pthread_mutex_init(&d->lock, NULL);
     /* on the monotonic clock: stop() waits in slices to handle signals */
-    pthread_condattr_t attr;
-    int err = pthread_condattr_init(&attr);
-    if (!err) {
-        err = pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-        if (!err)
-            err = pthread_cond_init(&d->done_cond, &attr);
-        pthread_condattr_destroy(&attr);
-    }
+    int err = hwt_cond_init(&d->done_cond);
     if (err) {
         pthread_cond_init(&d->done_cond, NULL); /* for dealloc to destroy */
         Py_DECREF(d);
