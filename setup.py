@@ -25,6 +25,7 @@ sources = [
     "src/timeout.c",
     "src/loopsink.c",
     "src/scope.c",
+    "src/manual.c",
 ]
 
 compile_args = ["-std=gnu11", "-Wall", "-Wextra", "-fvisibility=hidden"]
