@@ -57,24 +57,49 @@ class ManualTimer(_ManualTimer):
     async def advance_async(self, seconds: _Seconds) -> int:
         """``advance(seconds)`` from the running loop's thread, yielding to
         the loop until the callbacks and scope expiries that it handed to
-        this loop have run, and once more so that the tasks they woke take
-        a step.  Returns what ``advance()`` returns.
+        this loop have run, and then until what they set going has settled.
+        Returns what ``advance()`` returns.
 
-        The clock stops at each tick that hands callbacks to this loop
-        while they run, so that they see that tick's ``time()``, and what
-        they schedule before ``seconds`` have passed runs in the same call.
+        It first lets the loop settle, so that tasks created just before the
+        call have started (and scheduled their deadlines) when time moves.
+
+        The clock stops at each tick that hands callbacks to this loop while
+        they, and the tasks they wake, run: they see that tick's ``time()``,
+        and what they schedule before ``seconds`` have passed runs in the
+        same call.
         """
         loop = asyncio.get_running_loop()
         target = self._target(seconds)
+        await _settle(self, loop)  # tasks made just before take their first step
         ran = 0
         while True:
             n, reached = self._advance_until(target, loop)
             ran += n
-            while self._holds(loop):
-                await asyncio.sleep(0)
-            await asyncio.sleep(0)
+            await _settle(self, loop)
             if reached:
                 return ran
+
+
+#: How many times advance_async() yields, at most, for the loop to settle:
+#: a task that never waits must not hold it for ever.
+_SETTLE_STEPS = 100
+
+
+async def _settle(timer: ManualTimer, loop: asyncio.AbstractEventLoop) -> None:
+    """Yields until the callbacks `timer` handed to `loop` have run and the
+    loop has nothing else ready to run.  asyncio's loops (and those built on
+    them, looptime's) show their ready queue; for others (uvloop) one more
+    turn of the loop after the callbacks is what can be known."""
+    ready = getattr(loop, "_ready", None)
+    for _ in range(_SETTLE_STEPS):
+        await asyncio.sleep(0)
+        if timer._holds(loop):
+            continue
+        if ready is None:
+            await asyncio.sleep(0)  # a turn for the tasks they woke
+            return
+        if not ready:
+            return
 
 
 class _TaskErrors(logging.Filter):
