@@ -300,3 +300,30 @@ def test_follow_loop_time_nests_and_leaves_manual_timers_alone() -> None:
         return result
 
     assert run_jump(main) == "on the manual clock"
+
+
+# ---- a timer freed as its coroutine finishes ----
+
+
+@pytest.mark.parametrize("make", [ManualTimer, lambda: hwtimer.HashedWheelTimer(0.01, 8)])
+def test_a_timer_freed_as_a_coroutine_ends_keeps_its_outcome(
+    make: Callable[[], Any], run: Any
+) -> None:
+    # Closing a freed timer's loop sinks asks the loop whether it is
+    # closed: that must not clear the exception in flight (the coroutine's
+    # StopIteration, before 3.11, or what it raised).
+    async def returns() -> str:
+        timer = make()
+        timer.call_later(10, lambda: None).cancel()
+        timer.stop()
+        return "value"
+
+    async def raises() -> None:
+        timer = make()
+        timer.call_later(10, lambda: None).cancel()
+        timer.stop()
+        raise LookupError("kept")
+
+    assert run(returns) == "value"
+    with pytest.raises(LookupError, match="kept"):
+        run(raises)
