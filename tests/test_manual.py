@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 from conftest import native_thread_names
+from test_netty import check_rejected_back_to_back
 
 import hwtimer
-from hwtimer import RejectedExecutionError, Timeout
+from hwtimer import Timeout
 from hwtimer.testing import ManualTimer, use_timer
 
 SRC = Path(__file__).resolve().parent.parent / "src"
@@ -496,13 +497,7 @@ def test_netty_execution_on_time(make_manual) -> None:
 
 
 def test_netty_rejected_when_too_many_timeouts(make_manual) -> None:
-    timer = make_manual(0.1, 32, max_pending_timeouts=2)
-    timer.new_timeout(noop, 5)
-    timer.new_timeout(noop, 5)
-    with pytest.raises(RejectedExecutionError):
-        timer.new_timeout(noop, 0.001)
-    assert timer.pending_timeouts() == 2
-    assert timer.stats()["rejected"] == 1
+    check_rejected_back_to_back(make_manual(0.1, 32, max_pending_timeouts=2))
 
 
 def test_netty_accepted_again_after_one_is_cancelled(make_manual) -> None:
