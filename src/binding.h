@@ -291,6 +291,9 @@ int hwtimer_loop_call(LoopTimeoutObject *to);
 int hwtimer_loop_report(LoopTimeoutObject *to);
 /* Whether `timer` has callbacks handed to `loop` that it has not run. */
 bool hwtimer_loop_sink_holds(TimerObject *timer, PyObject *loop);
+/* How many runs of periodic timeouts (call_every) `timer`'s loop sinks
+   hold, not yet taken by their loops. */
+Py_ssize_t hwtimer_loop_sinks_periodic(TimerObject *timer);
 
 /* manual.c */
 extern PyType_Spec hwtimer_manual_spec;

@@ -23,17 +23,49 @@ static uint64_t expired_count(TimerObject *self)
     return s.expired;
 }
 
+/* Runs of periodic timeouts in a chain of delivered timeouts. */
+static uint64_t periodic_runs(hwt_timeout *node)
+{
+    uint64_t n = 0;
+    for (; node; node = hwt_timeout_of(node->link.next))
+        n += node->period != 0;
+    return n;
+}
+
+/* What advance() returns: how many tasks ran or were handed over.  The
+   core counts one-shot expiries; runs of periodic timeouts the steps count
+   as they deliver them. */
+typedef struct {
+    uint64_t expired_before;
+    uint64_t periodic;
+} ran_count;
+
+static void count_start(TimerObject *self, ran_count *c)
+{
+    c->expired_before = expired_count(self);
+    c->periodic = 0;
+}
+
+static uint64_t count_end(TimerObject *self, const ran_count *c)
+{
+    return expired_count(self) - c->expired_before + c->periodic;
+}
+
 /* Moves the clock to `now` (>= the clock) and lets the wheel process every
    tick that has ended by then, running their tasks here; then lets it take
    the timeouts that those tasks scheduled.  Returns the clock time at which
    the next tick with work ends, or HWT_NEVER.  Called with advance_lock. */
-static int64_t step(TimerObject *self, int64_t now)
+static int64_t step(TimerObject *self, int64_t now, ran_count *ran)
 {
     hwt_sink *dflt = hwt_timer_default_sink(self->core);
     atomic_store_explicit(&self->manual_now, now, memory_order_relaxed);
+    Py_ssize_t held = hwtimer_loop_sinks_periodic(self);
     int64_t next = hwt_timer_advance(self->core, now);
+    Py_ssize_t handed = hwtimer_loop_sinks_periodic(self) - held;
+    ran->periodic += handed > 0 ? (uint64_t)handed : 0;
     hwt_timeout *batch = hwt_sink_take(dflt);
     if (batch) {
+        ran->periodic += periodic_runs(batch);
         hwtimer_run_batch(dflt, batch);
         next = hwt_timer_advance(self->core, now); /* nothing is due: it transfers */
     }
@@ -45,15 +77,15 @@ static int64_t step(TimerObject *self, int64_t now)
    then leaves the clock at `target`; or, given a `loop`, stops after the
    first tick that handed callbacks to it, so that they run at that tick's
    time.  Returns whether it reached `target`.  Called with advance_lock. */
-static bool advance_to(TimerObject *self, int64_t target, PyObject *loop)
+static bool advance_to(TimerObject *self, int64_t target, PyObject *loop, ran_count *ran)
 {
-    int64_t next = step(self, atomic_load(&self->manual_now));
+    int64_t next = step(self, atomic_load(&self->manual_now), ran);
     while (next <= target) {
-        next = step(self, next);
+        next = step(self, next, ran);
         if (loop && hwtimer_loop_sink_holds(self, loop))
             return false;
     }
-    step(self, target);
+    step(self, target, ran);
     return true;
 }
 
@@ -93,11 +125,12 @@ static PyObject *manual_advance(TimerObject *self, PyObject *arg)
     int64_t delta;
     if (parse_advance(self, arg, &delta) < 0 || hwtimer_manual_lock(self, "advance()") < 0)
         return NULL;
-    uint64_t before = expired_count(self);
-    advance_to(self, atomic_load(&self->manual_now) + delta, NULL);
-    uint64_t ran = expired_count(self) - before;
+    ran_count ran;
+    count_start(self, &ran);
+    advance_to(self, atomic_load(&self->manual_now) + delta, NULL, &ran);
+    uint64_t n = count_end(self, &ran);
     hwtimer_manual_unlock(self);
-    return PyLong_FromUnsignedLongLong(ran);
+    return PyLong_FromUnsignedLongLong(n);
 }
 
 /* _target(seconds): the clock time, in ns, that advance(seconds) would
@@ -129,11 +162,13 @@ static PyObject *manual_advance_until(TimerObject *self, PyObject *const *args, 
     }
     if (hwtimer_manual_lock(self, "advance_async()") < 0)
         return NULL;
-    uint64_t before = expired_count(self);
-    bool reached = target <= atomic_load(&self->manual_now) || advance_to(self, target, args[1]);
-    uint64_t ran = expired_count(self) - before;
+    ran_count ran;
+    count_start(self, &ran);
+    bool reached =
+        target <= atomic_load(&self->manual_now) || advance_to(self, target, args[1], &ran);
+    uint64_t n = count_end(self, &ran);
     hwtimer_manual_unlock(self);
-    return Py_BuildValue("(KO)", (unsigned long long)ran, reached ? Py_True : Py_False);
+    return Py_BuildValue("(KO)", (unsigned long long)n, reached ? Py_True : Py_False);
 }
 
 static PyObject *manual_advance_to_next(TimerObject *self, PyObject *unused)
@@ -146,15 +181,16 @@ static PyObject *manual_advance_to_next(TimerObject *self, PyObject *unused)
     }
     if (hwtimer_manual_lock(self, "advance_to_next()") < 0)
         return NULL;
-    uint64_t before = expired_count(self);
-    int64_t next = step(self, atomic_load(&self->manual_now));
+    ran_count ran;
+    count_start(self, &ran);
+    int64_t next = step(self, atomic_load(&self->manual_now), &ran);
     bool moved = false;
     /* A tick with work may only hold a timeout due on a later turn of the
        wheel: go on to the first tick where something falls due. */
     for (int i = 0; next != HWT_NEVER && i < MAX_IDLE_STEPS; i++) {
         moved = true;
-        next = step(self, next);
-        if (expired_count(self) != before || hwt_timer_pending(self->core) == 0)
+        next = step(self, next, &ran);
+        if (count_end(self, &ran) != 0 || hwt_timer_pending(self->core) == 0)
             break;
     }
     hwtimer_manual_unlock(self);

@@ -612,3 +612,54 @@ def test_task_cancels_a_timeout_of_the_next_tick(manual: ManualTimer) -> None:
     manual.new_timeout(lambda t: holder[0].cancel(), 0.01)
     manual.advance(1)
     assert victim.count == 0 and holder[0].is_cancelled()
+
+
+# ---- periodic timeouts and reset() on the manual clock ----
+
+
+@pytest.mark.parametrize("missed", ["skip", "delay", "burst"])
+def test_advancing_over_n_periods_runs_a_periodic_timeout_n_times(make_manual, missed: str) -> None:
+    timer = make_manual(0.01, 16)
+    task = Recorder(timer)
+    periodic = timer.new_periodic(task, 0.5, missed=missed)
+    assert timer.advance(10.01) == 20  # each run at the end of its tick
+    assert task.times == pytest.approx([0.5 * k + 0.01 for k in range(1, 21)])
+    assert task.calls == [periodic] * 20
+    assert not periodic.is_expired() and timer.pending_timeouts() == 1
+    assert periodic.cancel()
+    assert timer.advance(10) == 0 and task.count == 20
+
+
+def test_periodic_with_a_first_delay_and_stop(make_manual) -> None:
+    timer = make_manual(0.1, 8)
+    task = Recorder(timer)
+    periodic = timer.new_periodic(task, 1, delay=0.25)
+    timer.advance(2.5)
+    assert task.times == pytest.approx([0.3, 1.3, 2.3])
+    assert periodic.deadline == pytest.approx(3.25)
+    assert timer.stop() == [periodic]
+    assert periodic.is_cancelled()
+
+
+def test_reset_moves_the_deadline_on_the_manual_clock(manual: ManualTimer) -> None:
+    task = Recorder(manual)
+    timeout = manual.new_timeout(task, 10)
+    manual.advance(8)
+    assert timeout.reset(10) is True
+    assert timeout.deadline == 18.0
+    manual.advance(9.5)  # past the old deadline
+    assert task.count == 0
+    manual.advance(1)
+    assert task.times == [18.001]
+    assert timeout.reset(1) is False  # it has run
+
+
+def test_a_task_resetting_another_within_one_advance(manual: ManualTimer) -> None:
+    watched = Recorder(manual)
+    timeout = manual.new_timeout(watched, 1)
+    # a heartbeat every 0.5 s keeps pushing the deadline back
+    manual.new_periodic(lambda t: timeout.reset(1), 0.5)
+    manual.advance(60)
+    assert watched.count == 0
+    # the last heartbeat ran at 59.501 (the end of its tick)
+    assert timeout.deadline == pytest.approx(60.501)

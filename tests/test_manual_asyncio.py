@@ -63,6 +63,18 @@ def test_call_later_is_handed_to_the_loop(manual_timer: ManualTimer, run: Any) -
     run(main)
 
 
+def test_call_every_runs_at_each_tick_on_the_loop(manual_timer: ManualTimer, run: Any) -> None:
+    async def main() -> None:
+        times: list[float] = []
+        handle = manual_timer.call_every(60, lambda: times.append(manual_timer.time()))
+        assert await manual_timer.advance_async(3600.001) == 60  # an hour, every minute
+        assert times == pytest.approx([60 * k + 0.001 for k in range(1, 61)])
+        assert handle.cancel()
+        assert await manual_timer.advance_async(600) == 0
+
+    run(main)
+
+
 def test_call_later_from_another_thread_with_loop_given(
     manual_timer: ManualTimer, run: Any
 ) -> None:
