@@ -34,8 +34,10 @@ def test_readme_examples_run_as_written(pytester: pytest.Pytester) -> None:
     for name, code in files.items():
         pytester.path.joinpath(name).write_text(code)
     pytester.makeini(
-        "[pytest]\nasyncio_default_fixture_loop_scope = function\nfilterwarnings =\n    error\n"
-        "    ignore:There is no current event loop:DeprecationWarning:looptime\n"
+        "[pytest]\nfilterwarnings = error\nasyncio_default_fixture_loop_scope = function\n"
     )
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q")
+    # without looptime's plugin, if it is installed: see pyproject.toml
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-p", "no:looptime_plugin", "-q"
+    )
     result.assert_outcomes(passed=4)
