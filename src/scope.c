@@ -165,10 +165,14 @@ static int scope_schedule(ScopeObject *self, double when)
     hwtimer_state *st = scope_state(self);
     double now = self->created_at;
     self->created_at = Py_NAN; /* good for the first deadline only */
+    if (!self->timer && !(self->timer = PyObject_CallNoArgs(st->default_timer)))
+        return -1;
     if (!isnan(now)) {
         /* loop.time() now, from that at creation: the scope may be entered
-           long after it was made, and its deadline stays when() */
-        now += (double)(hwt_monotonic_ns(NULL) - self->created_ns) / 1e9;
+           long after it was made, and its deadline stays when().  On a
+           ManualTimer only its own clock moves: its deadline is when(). */
+        if (!((TimerObject *)self->timer)->manual)
+            now += (double)(hwt_monotonic_ns(NULL) - self->created_ns) / 1e9;
     } else {
         PyObject *now_o = call_method(self->loop, st->str_time, NULL);
         if (!now_o)
@@ -184,10 +188,6 @@ static int scope_schedule(ScopeObject *self, double when)
     Py_INCREF(callback);
     PyObject *handle = NULL;
     double delay = when - now;
-    if (delay > 0 && !self->timer && !(self->timer = PyObject_CallNoArgs(st->default_timer))) {
-        Py_DECREF(callback);
-        return -1;
-    }
     if (!(delay > 0)) {
         handle = call_method(self->loop, st->str_call_soon, callback);
     } else if (st->follow_loop_time && !((TimerObject *)self->timer)->manual) {
