@@ -29,6 +29,7 @@ sources = [
     "src/timeout.c",
     "src/loopsink.c",
     "src/scope.c",
+    "src/manual.c",
 ]
 
 portable = os.environ.get("HWTIMER_PORTABLE", "0") not in ("", "0")

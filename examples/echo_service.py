@@ -43,6 +43,10 @@ class IdleWatcher:
     reports the connection idle or sleeps again for the time that is left,
     as Netty's IdleStateHandler does.  One pending timeout per connection,
     whatever the traffic.
+
+    `clock` is where it reads the time: the clock of the timer's deadlines,
+    ``time.monotonic`` for a real timer, ``timer.time`` for a
+    ``hwtimer.testing.ManualTimer`` in tests.
     """
 
     def __init__(
@@ -51,21 +55,23 @@ class IdleWatcher:
         on_idle: Callable[[], Any],
         *,
         timer: hwtimer.HashedWheelTimer | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.idle_timeout = idle_timeout
         self._on_idle = on_idle
         self._timer = timer if timer is not None else hwtimer.default_timer()
-        self._last_activity = time.monotonic()
+        self._clock = clock
+        self._last_activity = clock()
         self._timeout: hwtimer.Timeout | None = None
 
     def start(self) -> None:
         """Starts watching; call from the connection's event loop."""
-        self._last_activity = time.monotonic()
+        self._last_activity = self._clock()
         self._schedule(self.idle_timeout)
 
     def touch(self) -> None:
         """Records activity on the connection (a read, a reply sent)."""
-        self._last_activity = time.monotonic()
+        self._last_activity = self._clock()
 
     def stop(self) -> None:
         """Stops watching (the connection is closing)."""
@@ -79,7 +85,7 @@ class IdleWatcher:
     def _check(self) -> None:
         if self._timeout is None:
             return  # stopped while this call was on its way
-        remaining = self._last_activity + self.idle_timeout - time.monotonic()
+        remaining = self._last_activity + self.idle_timeout - self._clock()
         if remaining > 0:
             self._schedule(remaining)  # read meanwhile: sleep for the rest
         else:

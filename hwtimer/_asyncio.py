@@ -22,7 +22,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar, Union, overload
 
 from ._default import default_timer
-from ._hwtimer import TimeoutScope, _setup_scopes
+from ._hwtimer import TimeoutScope, _follow_loop_time, _ManualTimer, _setup_scopes
 
 if TYPE_CHECKING:
     from . import HashedWheelTimer
@@ -251,6 +251,9 @@ async def sleep(
         raise ValueError("Invalid delay: NaN (not a number)")
     if timer is None:
         timer = default_timer()
+    if _follow_loop_time(None) and not isinstance(timer, _ManualTimer):
+        # hwtimer.testing.follow_loop_time(): the loop's clock rules
+        return await asyncio.sleep(delay, result)
     loop = asyncio.get_running_loop()
     fut = loop.create_future()
     handle = timer.call_later(delay, _set_result_unless_done, fut, result, loop=loop)

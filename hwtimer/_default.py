@@ -16,14 +16,24 @@ DEFAULT_TICKS_PER_WHEEL = 4096
 _lock = threading.Lock()
 _timer: HashedWheelTimer | None = None
 
+#: Timers installed by hwtimer.testing.use_timer(), innermost last; the
+#: same for every thread.
+_installed: list[HashedWheelTimer] = []
+
 
 def default_timer() -> HashedWheelTimer:
     """Returns the process-wide shared timer, created on first use.
 
     It is never stopped by hwtimer except at interpreter exit; a child of
-    fork() gets a timer of its own on first use.
+    fork() gets a timer of its own on first use.  Inside
+    ``hwtimer.testing.use_timer(timer)`` it returns that timer instead.
     """
     global _timer
+    if _installed:
+        try:
+            return _installed[-1]
+        except IndexError:  # the last one was removed meanwhile
+            pass
     timer = _timer
     if timer is None:
         with _lock:

@@ -32,6 +32,7 @@ typedef struct {
     PyObject *threads_exiting_hook;  /* owned: _threads_exiting */
     PyTypeObject *done_type;         /* owned */
     PyTypeObject *scope_type;        /* owned */
+    PyTypeObject *manual_type;       /* owned: hwtimer._hwtimer._ManualTimer */
     PyObject *done_none;             /* owned: a _Done of None, shared */
     PyObject *empty_tuple;           /* owned */
     PyObject *empty_context;         /* owned: where scope deadlines run */
@@ -50,6 +51,9 @@ typedef struct {
     bool exiting;         /* the atexit hook ran: no new workers */
     bool threads_exiting; /* threading's exit hooks run: executors refuse work */
     bool threads_hook;    /* _threads_exiting is registered with threading */
+    /* scopes and sleep() on a real timer use the loop's own call_at(), so
+       that they follow a fake-time loop (hwtimer.testing.follow_loop_time) */
+    bool follow_loop_time;
     unsigned long next_id;
 } hwtimer_state;
 
@@ -76,6 +80,12 @@ struct TimerObject {
        stopping thread did not come along, can still return them */
     hwt_timeout *stop_left;
     pid_t stop_waiter; /* the process whose stop() call waits to return them, or 0 */
+    /* A ManualTimer (hwtimer.testing): no threads; its core reads the
+       clock below, which only advance() moves, under advance_lock. */
+    bool manual;
+    _Atomic int64_t manual_now;   /* ns; starts at 0 */
+    pthread_mutex_t advance_lock; /* held through advance() and stop() */
+    unsigned long advancing;      /* the thread holding it, or 0 (GIL) */
 };
 
 /* A Timeout: 88 bytes with CPython's GC header, the C node included.  It
@@ -138,7 +148,7 @@ typedef struct DispatchObject {
     struct DispatchObject *waits_for;
 } DispatchObject;
 
-#define TIMEOUT_OF(n) ((TimeoutObject *)((char *)(n) - offsetof(TimeoutObject, node)))
+#define TIMEOUT_OF(n) ((TimeoutObject *)((char *)(n)-offsetof(TimeoutObject, node)))
 #define TIMER_OF(to)  ((TimerObject *)(to)->node.sink->owner)
 
 /* The timer whose task runs on this thread now, for stop()'s check. */
@@ -164,6 +174,9 @@ void hwtimer_log_task_error(hwtimer_state *st, PyObject *timeout);
 void hwtimer_watch_thread_exit(hwtimer_state *st);
 /* Logs `msg` at ERROR on the "hwtimer" logger; clears any failure. */
 void hwtimer_log_error(hwtimer_state *st, const char *msg);
+/* ns on a clock into seconds, exact for whole seconds, as time.monotonic()
+   converts, so that the two compare. */
+double hwtimer_seconds(int64_t ns);
 
 /* timeout.c */
 /* tp_new of the types users do not create. */
@@ -185,7 +198,10 @@ int hwtimer_timeout_submit(TimerObject *timer, PyObject *obj, int64_t delay_ns, 
 PyObject *hwtimer_timeout_from_node(hwt_timeout *node);
 /* Drops the wheel's references to a chain of nodes (link.next). */
 void hwtimer_release_chain(hwt_timeout *node);
-/* The timer's clock in ns: the one reading every consumer takes. */
+/* The timer's clock in ns: the one reading every consumer takes.  A real
+   timer's core reads CLOCK_MONOTONIC, a ManualTimer's the clock its test
+   moves; that choice (hwt_config.clock) is the only place where they
+   differ. */
 int64_t hwtimer_clock_ns(TimerObject *timer);
 /* The task runner: runs the task of a delivered timeout on this thread,
    begun at clock time *now (set to when it is done, so a batch reads the
@@ -202,6 +218,24 @@ double hwtimer_deadline_seconds(TimeoutObject *to);
 
 /* timer.c */
 extern PyType_Spec hwtimer_timer_spec;
+/* The constructor's arguments, each borrowed, NULL where not given. */
+typedef struct {
+    PyObject *tick_duration, *ticks_per_wheel, *max_pending_timeouts;
+    PyObject *thread_name, *executor; /* Py_None where not given */
+    double default_tick;
+    long long default_ticks;
+    bool manual;
+} hwtimer_timer_args;
+/* Returns a new timer of type `tp` (HashedWheelTimer or a subtype), or
+   NULL with TypeError/ValueError for a bad argument. */
+PyObject *hwtimer_timer_build(PyTypeObject *tp, const hwtimer_timer_args *args);
+/* Runs a batch taken from the default sink: each expired new_timeout()
+   task in turn, on this thread (or its executor); releases the rest. */
+void hwtimer_run_batch(hwt_sink *dflt, hwt_timeout *node);
+/* Takes `timer`'s advance_lock for this thread, waiting with the GIL
+   released; RuntimeError (-1) if this thread holds it already. */
+int hwtimer_manual_lock(TimerObject *timer, const char *what);
+void hwtimer_manual_unlock(TimerObject *timer);
 extern PyType_Spec hwtimer_dispatch_spec;
 /* Stops `timer` and returns the list stop() returns (new reference), or
    NULL with an exception. */
@@ -262,5 +296,13 @@ int hwtimer_loop_call(LoopTimeoutObject *to);
 /* Reports the exception set as asyncio reports a failed handle.  Returns
    -1, leaving it set, for KeyboardInterrupt and SystemExit; else 0. */
 int hwtimer_loop_report(LoopTimeoutObject *to);
+/* Whether `timer` has callbacks handed to `loop` that it has not run. */
+bool hwtimer_loop_sink_holds(TimerObject *timer, PyObject *loop);
+/* How many runs of periodic timeouts (call_every) `timer`'s loop sinks
+   hold, not yet taken by their loops. */
+Py_ssize_t hwtimer_loop_sinks_periodic(TimerObject *timer);
+
+/* manual.c */
+extern PyType_Spec hwtimer_manual_spec;
 
 #endif /* HWTIMER_BINDING_H */

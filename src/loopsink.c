@@ -124,6 +124,35 @@ void hwtimer_loop_sinks_close(PyObject *sinks)
     }
 }
 
+bool hwtimer_loop_sink_holds(TimerObject *timer, PyObject *loop)
+{
+    bool holds = false;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(timer->loop_sinks); i++) {
+        LoopSinkObject *s = (LoopSinkObject *)PyList_GET_ITEM(timer->loop_sinks, i);
+        if (s->loop != loop || s->closed)
+            continue;
+        pthread_mutex_lock(&s->sink.lock);
+        holds = s->sink.head != NULL;
+        pthread_mutex_unlock(&s->sink.lock);
+    }
+    return holds;
+}
+
+Py_ssize_t hwtimer_loop_sinks_periodic(TimerObject *timer)
+{
+    Py_ssize_t n = 0;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(timer->loop_sinks); i++) {
+        LoopSinkObject *s = (LoopSinkObject *)PyList_GET_ITEM(timer->loop_sinks, i);
+        if (s->closed)
+            continue;
+        pthread_mutex_lock(&s->sink.lock);
+        for (hwt_timeout *to = s->sink.head; to; to = hwt_timeout_of(to->link.next))
+            n += to->period != 0;
+        pthread_mutex_unlock(&s->sink.lock);
+    }
+    return n;
+}
+
 /* ---- running callbacks in the loop's thread ---- */
 
 /* Reports a failed callback as asyncio reports a failed handle. */

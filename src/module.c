@@ -18,6 +18,11 @@ static inline hwtimer_state *state_of_module(PyObject *module)
 
 hwtimer_state *hwtimer_state_of_type(PyTypeObject *tp)
 {
+    /* A Python subclass (hwtimer.testing.ManualTimer) has no module of its
+       own: its C base has. */
+    while (!((PyHeapTypeObject *)tp)->ht_module && tp->tp_base &&
+           PyType_HasFeature(tp->tp_base, Py_TPFLAGS_HEAPTYPE))
+        tp = tp->tp_base;
     return (hwtimer_state *)PyType_GetModuleState(tp);
 }
 
@@ -127,6 +132,13 @@ int hwtimer_parse_delay(hwtimer_state *st, PyObject *obj, const char *what, int6
     return hwtimer_delay_from_seconds(d, what, ns);
 }
 
+double hwtimer_seconds(int64_t ns)
+{
+    if (ns % 1000000000 == 0)
+        return (double)(ns / 1000000000);
+    return (double)ns / 1e9;
+}
+
 /* ---- logging ---- */
 
 void hwtimer_log_task_error(hwtimer_state *st, PyObject *timeout)
@@ -230,6 +242,21 @@ static PyObject *setup_scopes(PyObject *module, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* _follow_loop_time(on): sets the switch behind
+   hwtimer.testing.follow_loop_time(); returns the previous setting. */
+static PyObject *follow_loop_time(PyObject *module, PyObject *on)
+{
+    hwtimer_state *st = state_of_module(module);
+    bool was = st->follow_loop_time;
+    if (on != Py_None) {
+        int v = PyObject_IsTrue(on);
+        if (v < 0)
+            return NULL;
+        st->follow_loop_time = v;
+    }
+    return PyBool_FromLong(was);
+}
+
 /* Stops every running timer; registered with atexit. */
 static PyObject *stop_all(PyObject *module, PyObject *unused)
 {
@@ -256,6 +283,9 @@ static PyMethodDef module_methods[] = {
     {"_setup_scopes", setup_scopes, METH_VARARGS,
      "_setup_scopes($module, default_timer, current_task, cancelling, cancel_task, "
      "exit_expired, /)\n--\n\nWhat TimeoutScope takes from hwtimer._asyncio."},
+    {"_follow_loop_time", follow_loop_time, METH_O,
+     "_follow_loop_time($module, on, /)\n--\n\nSets (None: only reads) whether the asyncio "
+     "helpers put a real timer's deadlines on the loop's call_at(); returns the old value."},
     {"_stop_all", stop_all, METH_NOARGS,
      "_stop_all($module, /)\n--\n\nStops every running timer (the atexit hook)."},
     {NULL, NULL, 0, NULL},
@@ -295,11 +325,13 @@ static int module_exec(PyObject *module)
         add_type(module, &hwtimer_dispatch_spec, NULL, &st->dispatch_type) < 0 ||
         add_type(module, &hwtimer_loop_sink_spec, NULL, &st->loop_sink_type) < 0 ||
         add_type(module, &hwtimer_done_spec, NULL, &st->done_type) < 0 ||
-        add_type(module, &hwtimer_scope_spec, NULL, &st->scope_type) < 0)
+        add_type(module, &hwtimer_scope_spec, NULL, &st->scope_type) < 0 ||
+        add_type(module, &hwtimer_manual_spec, (PyObject *)st->timer_type, &st->manual_type) < 0)
         return -1;
     if (add_ref(module, "HashedWheelTimer", (PyObject *)st->timer_type) < 0 ||
         add_ref(module, "Timeout", (PyObject *)st->timeout_type) < 0 ||
         add_ref(module, "TimeoutScope", (PyObject *)st->scope_type) < 0 ||
+        add_ref(module, "_ManualTimer", (PyObject *)st->manual_type) < 0 ||
         PyModule_AddStringConstant(module, "_backend", HWT_SYS_BACKEND) < 0)
         return -1;
     st->empty_tuple = PyTuple_New(0);
@@ -365,6 +397,7 @@ static int module_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(st->threads_exiting_hook);
     Py_VISIT(st->done_type);
     Py_VISIT(st->scope_type);
+    Py_VISIT(st->manual_type);
     Py_VISIT(st->done_none);
     Py_VISIT(st->empty_tuple);
     Py_VISIT(st->empty_context);
@@ -404,6 +437,7 @@ static int module_clear(PyObject *module)
     Py_CLEAR(st->threads_exiting_hook);
     Py_CLEAR(st->done_type);
     Py_CLEAR(st->scope_type);
+    Py_CLEAR(st->manual_type);
     Py_CLEAR(st->done_none);
     Py_CLEAR(st->empty_tuple);
     Py_CLEAR(st->empty_context);

@@ -142,18 +142,37 @@ static PyObject *call_method(PyObject *obj, PyObject *name, PyObject *arg)
                                      NULL);
 }
 
+/* loop.call_at(when, callback, context=context): where a deadline goes
+   when the scopes follow the loop's own clock.  Returns the handle or NULL. */
+static PyObject *call_at(PyObject *loop, double when, PyObject *callback, PyObject *context)
+{
+    PyObject *method = PyObject_GetAttrString(loop, "call_at");
+    PyObject *args = method ? Py_BuildValue("(dO)", when, callback) : NULL;
+    PyObject *kwargs = args ? Py_BuildValue("{s:O}", "context", context) : NULL;
+    PyObject *handle = kwargs ? PyObject_Call(method, args, kwargs) : NULL;
+    Py_XDECREF(kwargs);
+    Py_XDECREF(args);
+    Py_XDECREF(method);
+    return handle;
+}
+
 /* Puts the deadline `when` (loop.time()) on the wheel, or, if it has
-   passed, on the loop for its next iteration, as asyncio does.  Returns 0
-   or -1. */
+   passed, on the loop for its next iteration, as asyncio does; following
+   the loop's clock, a real timer's deadline goes to the loop's call_at().
+   Returns 0 or -1. */
 static int scope_schedule(ScopeObject *self, double when)
 {
     hwtimer_state *st = scope_state(self);
     double now = self->created_at;
     self->created_at = Py_NAN; /* good for the first deadline only */
+    if (!self->timer && !(self->timer = PyObject_CallNoArgs(st->default_timer)))
+        return -1;
     if (!isnan(now)) {
         /* loop.time() now, from that at creation: the scope may be entered
-           long after it was made, and its deadline stays when() */
-        now += (double)(hwt_monotonic_ns(NULL) - self->created_ns) / 1e9;
+           long after it was made, and its deadline stays when().  On a
+           ManualTimer only its own clock moves: its deadline is when(). */
+        if (!((TimerObject *)self->timer)->manual)
+            now += (double)(hwt_monotonic_ns(NULL) - self->created_ns) / 1e9;
     } else {
         PyObject *now_o = call_method(self->loop, st->str_time, NULL);
         if (!now_o)
@@ -171,14 +190,9 @@ static int scope_schedule(ScopeObject *self, double when)
     double delay = when - now;
     if (!(delay > 0)) {
         handle = call_method(self->loop, st->str_call_soon, callback);
+    } else if (st->follow_loop_time && !((TimerObject *)self->timer)->manual) {
+        handle = call_at(self->loop, when, callback, st->empty_context);
     } else {
-        if (!self->timer) {
-            self->timer = PyObject_CallNoArgs(st->default_timer);
-            if (!self->timer) {
-                Py_DECREF(callback);
-                return -1;
-            }
-        }
         int64_t delay_ns;
         if (hwtimer_delay_from_seconds(delay, "delay", &delay_ns) == 0)
             handle = hwtimer_call_later((TimerObject *)self->timer, delay_ns, callback,

@@ -85,11 +85,7 @@ double hwtimer_deadline_seconds(TimeoutObject *to)
     /* a deadline within `start` of saturation is as far: never */
     if (deadline == HWT_NEVER || deadline > HWT_NEVER - start)
         return Py_HUGE_VAL;
-    int64_t abs_ns = start + deadline;
-    /* as time.monotonic() turns its ns into seconds, so the two compare */
-    if (abs_ns % 1000000000 == 0)
-        return (double)(abs_ns / 1000000000);
-    return (double)abs_ns / 1e9;
+    return hwtimer_seconds(start + deadline);
 }
 
 /* ---- running a task ---- */
@@ -323,7 +319,7 @@ static PyObject *timeout_get_deadline(TimeoutObject *self, void *closure)
 
 static PyObject *timeout_repr(TimeoutObject *self)
 {
-    double left = hwtimer_deadline_seconds(self) - (double)hwt_monotonic_ns(NULL) / 1e9;
+    double left = hwtimer_deadline_seconds(self) - (double)hwtimer_clock_ns(TIMER_OF(self)) / 1e9;
     char *num = NULL;
     const char *when;
     if (isinf(left)) {

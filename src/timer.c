@@ -25,7 +25,7 @@ static _Thread_local DispatchObject *this_thread_dispatch;
 
 /* ---- the dispatch thread ---- */
 
-static void dispatch_batch(hwt_sink *dflt, hwt_timeout *node)
+void hwtimer_run_batch(hwt_sink *dflt, hwt_timeout *node)
 {
     int64_t now = node ? hwtimer_clock_ns(TIMER_OF(TIMEOUT_OF(node))) : 0;
     while (node) {
@@ -97,7 +97,7 @@ static PyObject *dispatch_run(DispatchObject *self, PyObject *unused)
         hwtimer_release_chain(hwt_timer_take_released(self->core));
         if (finished)
             break;
-        dispatch_batch(dflt, batch);
+        hwtimer_run_batch(dflt, batch);
     }
     dispatch_mark_done(self);
     Py_RETURN_NONE;
@@ -226,6 +226,79 @@ static void live_remove(TimerObject *self)
     st->nlive--;
 }
 
+/* ---- a manual timer's start and stop: no threads ---- */
+
+int hwtimer_manual_lock(TimerObject *self, const char *what)
+{
+    unsigned long me = PyThread_get_thread_ident();
+    if (self->advancing == me) {
+        PyErr_Format(PyExc_RuntimeError,
+                     "%s cannot be called from a task of the ManualTimer it would move", what);
+        return -1;
+    }
+    if (pthread_mutex_trylock(&self->advance_lock) != 0) {
+        /* another thread advances it: wait for it to finish */
+        Py_BEGIN_ALLOW_THREADS
+        pthread_mutex_lock(&self->advance_lock);
+        Py_END_ALLOW_THREADS
+    }
+    self->advancing = me;
+    return 0;
+}
+
+void hwtimer_manual_unlock(TimerObject *self)
+{
+    self->advancing = 0;
+    pthread_mutex_unlock(&self->advance_lock);
+}
+
+static int manual_start(TimerObject *self)
+{
+    int err = hwt_timer_start(self->core); /* only notes the clock */
+    if (err) {
+        errno = err;
+        PyErr_SetFromErrno(PyExc_OSError);
+        return -1;
+    }
+    live_add(self);
+    return 0;
+}
+
+/* Returns what stop() returns (a new reference), or NULL: the periodic
+   timeouts that were in their run, and the chain `left`, which it releases
+   either way. */
+static PyObject *stop_list(TimerObject *self, hwt_timeout *left)
+{
+    PyObject *list = self->stopped_periodic ? self->stopped_periodic : PyList_New(0);
+    self->stopped_periodic = NULL;
+    self->stop_collected = true;
+    while (left) {
+        hwt_timeout *next = hwt_timeout_of(left->link.next);
+        PyObject *to = hwtimer_timeout_from_node(left);
+        if (list && PyList_Append(list, to) < 0)
+            Py_CLEAR(list); /* still release the rest */
+        Py_DECREF(to);
+        left = next;
+    }
+    return list;
+}
+
+/* stop() of a manual timer: waits for an advance() in another thread, then
+   runs here what had expired and not run (an advance cut short), as a real
+   timer's dispatch thread would before its stop() returns. */
+static PyObject *manual_stop(TimerObject *self)
+{
+    if (hwtimer_manual_lock(self, "stop()") < 0)
+        return NULL;
+    live_remove(self);
+    hwt_timeout *left = hwt_timer_stop(self->core);
+    hwt_sink *dflt = hwt_timer_default_sink(self->core);
+    hwtimer_run_batch(dflt, hwt_sink_take(dflt));
+    hwtimer_release_chain(hwt_timer_take_released(self->core));
+    hwtimer_manual_unlock(self);
+    return stop_list(self, left);
+}
+
 int hwtimer_timer_start(TimerObject *self)
 {
     if (hwt_timer_started(self->core)) {
@@ -245,6 +318,8 @@ int hwtimer_timer_start(TimerObject *self)
         PyErr_SetString(PyExc_RuntimeError, "cannot start a timer: the interpreter is exiting");
         return -1;
     }
+    if (self->manual)
+        return manual_start(self);
     if (self->executor)
         hwtimer_watch_thread_exit(self->state);
     DispatchObject *d = dispatch_new(self);
@@ -293,25 +368,6 @@ int hwtimer_timer_start(TimerObject *self)
     return 0;
 }
 
-/* Returns what stop() returns (a new reference), or NULL: the periodic
-   timeouts that were in their run, and the chain `left`, which it releases
-   either way. */
-static PyObject *stop_list(TimerObject *self, hwt_timeout *left)
-{
-    PyObject *list = self->stopped_periodic ? self->stopped_periodic : PyList_New(0);
-    self->stopped_periodic = NULL;
-    self->stop_collected = true;
-    while (left) {
-        hwt_timeout *next = hwt_timeout_of(left->link.next);
-        PyObject *to = hwtimer_timeout_from_node(left);
-        if (list && PyList_Append(list, to) < 0)
-            Py_CLEAR(list); /* still release the rest */
-        Py_DECREF(to);
-        left = next;
-    }
-    return list;
-}
-
 /* Stops the worker, if no other call has, and waits for the dispatch
    thread `d`.  Returns stop()'s list, or NULL. */
 static PyObject *stop_and_wait(TimerObject *self, DispatchObject *d)
@@ -344,6 +400,8 @@ static PyObject *stop_and_wait(TimerObject *self, DispatchObject *d)
 
 PyObject *hwtimer_timer_stop(TimerObject *self)
 {
+    if (self->manual)
+        return manual_stop(self);
     if (!self->dispatcher) { /* never started */
         hwt_timer_stop(self->core);
         return PyList_New(0);
@@ -392,68 +450,52 @@ static int parse_int_arg(PyObject *obj, const char *what, long long *out, bool *
     return 0;
 }
 
-static PyObject *timer_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
+/* Reads tick_duration (NULL: `dflt`) into seconds, clamped as API.md says.
+   Returns 0 or -1. */
+static int parse_tick(hwtimer_state *st, PyObject *tick_o, double dflt, double *out)
 {
-    static char *kwlist[] = {"tick_duration", "ticks_per_wheel", "max_pending_timeouts",
-                             "thread_name",   "executor",        NULL};
-    PyObject *tick_o = NULL, *ticks_o = NULL, *max_o = NULL, *name_o = Py_None, *executor = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|OO$OOO:HashedWheelTimer", kwlist, &tick_o,
-                                     &ticks_o, &max_o, &name_o, &executor))
-        return NULL;
-    hwtimer_state *st = hwtimer_state_of_type(tp);
-
-    double tick = 0.1;
+    double tick = dflt;
     if (tick_o && hwtimer_parse_seconds(st, tick_o, "tick_duration", &tick) < 0) {
-        if (PyIndex_Check(tick_o) && PyErr_ExceptionMatches(PyExc_OverflowError)) {
-            PyErr_Clear();
-            tick = Py_HUGE_VAL; /* an int too large for a double: far too long */
-        } else {
-            return NULL;
-        }
+        if (!PyIndex_Check(tick_o) || !PyErr_ExceptionMatches(PyExc_OverflowError))
+            return -1;
+        PyErr_Clear();
+        tick = Py_HUGE_VAL; /* an int too large for a double: far too long */
     }
     if (!(tick > 0) || (isinf(tick) && !PyIndex_Check(tick_o))) {
         PyErr_Format(PyExc_ValueError, "tick_duration must be > 0 and finite, not %R", tick_o);
-        return NULL;
+        return -1;
     }
     if (tick < 0.001) {
         if (PyErr_WarnEx(PyExc_RuntimeWarning, "tick_duration below 0.001 s is clamped to 0.001 s",
                          1) < 0)
-            return NULL;
+            return -1;
         tick = 0.001;
     }
-    long long ticks = 512, max_pending = 0;
-    bool clamped = false;
-    if (ticks_o && parse_int_arg(ticks_o, "ticks_per_wheel", &ticks, &clamped) < 0)
-        return NULL;
-    if (ticks <= 0 || ticks > (long long)HWT_MAX_TICKS_PER_WHEEL) {
-        PyErr_Format(PyExc_ValueError, "ticks_per_wheel must be in 1..2**30, not %R", ticks_o);
-        return NULL;
-    }
-    uint32_t wheel = hwt_round_ticks((uint64_t)ticks);
-    if (tick * 1e9 >= 9.2e18 / wheel) {
-        PyErr_SetString(PyExc_ValueError,
-                        "tick_duration * ticks_per_wheel does not fit in 64-bit nanoseconds");
-        return NULL;
-    }
-    if (max_o && parse_int_arg(max_o, "max_pending_timeouts", &max_pending, &clamped) < 0)
-        return NULL;
+    *out = tick;
+    return 0;
+}
+
+/* Checks thread_name (None or a str without NUL) and executor (None or
+   something with submit()).  Returns 0 or -1. */
+static int check_name_and_executor(PyObject *name_o, PyObject *executor)
+{
     if (name_o != Py_None) {
         if (!PyUnicode_Check(name_o)) {
             PyErr_Format(PyExc_TypeError, "thread_name must be a str or None, not %.200s",
                          Py_TYPE(name_o)->tp_name);
-            return NULL;
+            return -1;
         }
         Py_ssize_t len;
         const char *s = PyUnicode_AsUTF8AndSize(name_o, &len);
         if (!s)
-            return NULL;
+            return -1;
         if ((size_t)len != strlen(s)) {
             PyErr_SetString(PyExc_ValueError, "thread_name must not contain NUL");
-            return NULL;
+            return -1;
         }
         if (len == 0) { /* a thread with no name in ps -T: say None for the default */
             PyErr_SetString(PyExc_ValueError, "thread_name must not be empty (None: the default)");
-            return NULL;
+            return -1;
         }
     }
     if (executor != Py_None) {
@@ -466,26 +508,23 @@ static PyObject *timer_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
                          "executor must have a submit(fn, *args) method, like "
                          "concurrent.futures.Executor; %.200s has none",
                          Py_TYPE(executor)->tp_name);
-            return NULL;
+            return -1;
         }
     }
+    return 0;
+}
 
-    TimerObject *self = (TimerObject *)tp->tp_alloc(tp, 0);
-    if (!self)
-        return NULL;
-    self->state = st;
-    self->max_pending = max_pending > 0 ? (int64_t)max_pending : 0;
-    self->name = name_o != Py_None ? (Py_INCREF(name_o), name_o)
-                                   : PyUnicode_FromFormat("hwtimer-%lu", ++st->next_id);
-    self->loop_sinks = PyList_New(0);
-    if (!self->name || !self->loop_sinks) {
-        Py_DECREF(self);
-        return NULL;
-    }
-    if (executor != Py_None) {
-        Py_INCREF(executor);
-        self->executor = executor;
-    }
+/* A manual timer's clock, read by its core: the TimerObject's own
+   manual_now.  The core of a manual timer has no thread and reads its
+   clock only when the binding calls it for that timer, which is alive. */
+static int64_t manual_clock(void *ctx)
+{
+    return atomic_load_explicit((_Atomic int64_t *)ctx, memory_order_relaxed);
+}
+
+/* Makes the core of `self` from the checked settings.  Returns 0 or -1. */
+static int make_core(TimerObject *self, double tick, uint32_t wheel)
+{
     const char *wake_every = getenv("HWTIMER_WAKE_EVERY_TICK");
     hwt_config cfg = {
         .tick_ns = (int64_t)llround(tick * 1e9),
@@ -493,22 +532,93 @@ static PyObject *timer_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
         .max_pending = self->max_pending,
         .thread_name = PyUnicode_AsUTF8(self->name),
         .wake_every_tick = wake_every && *wake_every && strcmp(wake_every, "0") != 0,
+        .manual = self->manual,
+        .clock = self->manual ? manual_clock : NULL,
+        .clock_ctx = self->manual ? (void *)&self->manual_now : NULL,
     };
-    if (!cfg.thread_name) {
-        Py_DECREF(self);
-        return NULL;
-    }
+    if (!cfg.thread_name)
+        return -1;
     char native[16];
     native_name(cfg.thread_name, native);
     cfg.thread_name = native;
     self->tick_duration = (double)cfg.tick_ns / 1e9;
     self->core = hwt_timer_new(&cfg);
     if (!self->core) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    hwt_timer_default_sink(self->core)->owner = self;
+    return 0;
+}
+
+PyObject *hwtimer_timer_build(PyTypeObject *tp, const hwtimer_timer_args *a)
+{
+    hwtimer_state *st = hwtimer_state_of_type(tp);
+    double tick;
+    if (parse_tick(st, a->tick_duration, a->default_tick, &tick) < 0)
+        return NULL;
+    long long ticks = a->default_ticks, max_pending = 0;
+    bool clamped = false;
+    if (a->ticks_per_wheel &&
+        parse_int_arg(a->ticks_per_wheel, "ticks_per_wheel", &ticks, &clamped) < 0)
+        return NULL;
+    if (ticks <= 0 || ticks > (long long)HWT_MAX_TICKS_PER_WHEEL) {
+        PyErr_Format(PyExc_ValueError, "ticks_per_wheel must be in 1..2**30, not %R",
+                     a->ticks_per_wheel);
+        return NULL;
+    }
+    uint32_t wheel = hwt_round_ticks((uint64_t)ticks);
+    if (tick * 1e9 >= 9.2e18 / wheel) {
+        PyErr_SetString(PyExc_ValueError,
+                        "tick_duration * ticks_per_wheel does not fit in 64-bit nanoseconds");
+        return NULL;
+    }
+    if (a->max_pending_timeouts &&
+        parse_int_arg(a->max_pending_timeouts, "max_pending_timeouts", &max_pending, &clamped) < 0)
+        return NULL;
+    if (check_name_and_executor(a->thread_name, a->executor) < 0)
+        return NULL;
+
+    TimerObject *self = (TimerObject *)tp->tp_alloc(tp, 0);
+    if (!self)
+        return NULL;
+    self->state = st;
+    self->manual = a->manual;
+    if (self->manual && pthread_mutex_init(&self->advance_lock, NULL) != 0) {
+        self->manual = false;
         Py_DECREF(self);
         return PyErr_NoMemory();
     }
-    hwt_timer_default_sink(self->core)->owner = self;
+    self->max_pending = max_pending > 0 ? (int64_t)max_pending : 0;
+    self->name = a->thread_name != Py_None ? (Py_INCREF(a->thread_name), a->thread_name)
+                                           : PyUnicode_FromFormat("hwtimer-%lu", ++st->next_id);
+    self->loop_sinks = PyList_New(0);
+    if (!self->name || !self->loop_sinks) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    if (a->executor != Py_None) {
+        Py_INCREF(a->executor);
+        self->executor = a->executor;
+    }
+    if (make_core(self, tick, wheel) < 0) {
+        Py_DECREF(self);
+        return NULL;
+    }
     return (PyObject *)self;
+}
+
+static PyObject *timer_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"tick_duration", "ticks_per_wheel", "max_pending_timeouts",
+                             "thread_name",   "executor",        NULL};
+    hwtimer_timer_args a = {
+        .thread_name = Py_None, .executor = Py_None, .default_tick = 0.1, .default_ticks = 512};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|OO$OOO:HashedWheelTimer", kwlist,
+                                     &a.tick_duration, &a.ticks_per_wheel, &a.max_pending_timeouts,
+                                     &a.thread_name, &a.executor))
+        return NULL;
+    return hwtimer_timer_build(tp, &a);
 }
 
 /* ---- methods ---- */
@@ -882,9 +992,9 @@ static PyObject *timer_repr(TimerObject *self)
     if (!tick)
         return NULL;
     PyObject *r = PyUnicode_FromFormat(
-        "<HashedWheelTimer %R %s, tick_duration=%s, ticks_per_wheel=%u, pending=%lld>", self->name,
-        state, tick, hwt_timer_config(self->core)->ticks_per_wheel,
-        (long long)hwt_timer_pending(self->core));
+        "<%s %R %s, tick_duration=%s, ticks_per_wheel=%u, pending=%lld>",
+        self->manual ? "ManualTimer" : "HashedWheelTimer", self->name, state, tick,
+        hwt_timer_config(self->core)->ticks_per_wheel, (long long)hwt_timer_pending(self->core));
     PyMem_Free(tick);
     return r;
 }
@@ -973,6 +1083,8 @@ static void timer_dealloc(TimerObject *self)
     Py_CLEAR(self->name);
     if (self->core)
         hwt_timer_decref(self->core);
+    if (self->manual)
+        pthread_mutex_destroy(&self->advance_lock);
     tp->tp_free(self);
     Py_DECREF(tp);
 }
@@ -1039,6 +1151,7 @@ static PyType_Slot timer_slots[] = {
 PyType_Spec hwtimer_timer_spec = {
     .name = "hwtimer.HashedWheelTimer",
     .basicsize = sizeof(TimerObject),
-    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    /* a base type for hwtimer.testing.ManualTimer */
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_BASETYPE,
     .slots = timer_slots,
 };

@@ -11,7 +11,7 @@ import time
 import pytest
 from conftest import DEADLINE, Counter, wait_for
 
-from hwtimer import RejectedExecutionError, Timeout
+from hwtimer import HashedWheelTimer, RejectedExecutionError, Timeout
 
 
 def noop(timeout: Timeout) -> None:
@@ -155,14 +155,18 @@ def test_execution_on_task_executor(make_timer) -> None:
     assert task.wait()
 
 
-def test_rejected_when_too_many_timeouts_are_added_back_to_back(make_timer) -> None:
-    timer = make_timer(0.1, 32, max_pending_timeouts=2)
+def check_rejected_back_to_back(timer: HashedWheelTimer) -> None:
+    """With max_pending_timeouts=2: also run on a ManualTimer (test_manual.py)."""
     timer.new_timeout(noop, 5)
     timer.new_timeout(noop, 5)
     with pytest.raises(RejectedExecutionError):
         timer.new_timeout(noop, 0.001)
     assert timer.pending_timeouts() == 2
     assert timer.stats()["rejected"] == 1
+
+
+def test_rejected_when_too_many_timeouts_are_added_back_to_back(make_timer) -> None:
+    check_rejected_back_to_back(make_timer(0.1, 32, max_pending_timeouts=2))
 
 
 def test_new_timeout_accepted_again_after_existing_one_is_cancelled(make_timer) -> None:

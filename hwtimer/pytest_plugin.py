@@ -1,0 +1,88 @@
+"""hwtimer's pytest plugin, loaded on install through the ``pytest11`` entry
+point: no conftest needed.
+
+Fixtures:
+
+- ``manual_timer``: a ``hwtimer.testing.ManualTimer`` installed with
+  ``use_timer()`` for the test (so ``hwtimer.default_timer()``, and the
+  asyncio helpers without ``timer=``, use it), stopped after it.  The test
+  fails if tasks of the timer raised and the test left their exceptions in
+  ``manual_timer.task_errors``: clear the list once the test has checked
+  them.
+- ``follow_loop_time``: ``hwtimer.testing.follow_loop_time()`` for the test,
+  so that ``hwtimer.timeout()``, ``wait_for()`` and ``sleep()`` follow a
+  fake-time event loop's ``time()`` (looptime's).
+
+The switch is on by itself in every test that looptime runs on its fake
+clock (marked ``looptime``, or all with ``--looptime``); the ini option
+``hwtimer_follow_loop_time = true`` turns it on for every test.
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Iterator
+
+import pytest
+
+from .testing import ManualTimer, follow_loop_time, use_timer
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addini(
+        "hwtimer_follow_loop_time",
+        "hwtimer: put the asyncio helpers' deadlines on the event loop's own clock in every "
+        "test (for fake-time loops such as looptime's)",
+        type="bool",
+        default=False,
+    )
+
+
+def _under_looptime(item: pytest.Item) -> bool:
+    """Whether looptime runs `item` on its fake loop clock: marked
+    ``looptime`` (not ``looptime(False)``), or ``--looptime`` given, and not
+    ``--no-looptime``; what looptime itself decides."""
+    flag = item.config.getoption("looptime", None)  # None: looptime is absent or not asked
+    markers = list(item.iter_markers("looptime"))
+    enabled = bool((markers or flag is True) and flag is not False)
+    for marker in reversed(markers):
+        if marker.args:
+            enabled = bool(marker.args[0])
+    return enabled and flag is not False
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    if not (item.config.getini("hwtimer_follow_loop_time") or _under_looptime(item)):
+        yield
+        return
+    with follow_loop_time():
+        yield
+
+
+def _describe(errors: list[BaseException]) -> str:
+    lines = [f"{len(errors)} task(s) of the manual_timer raised:"]
+    for exc in errors:
+        lines.append("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+    lines.append("(clear manual_timer.task_errors once the test has checked them)")
+    return "\n".join(lines)
+
+
+@pytest.fixture
+def manual_timer() -> Iterator[ManualTimer]:
+    """A ManualTimer installed as hwtimer.default_timer() for the test."""
+    timer = ManualTimer()
+    try:
+        with use_timer(timer):
+            yield timer
+    finally:
+        timer.stop()
+    if timer.task_errors:
+        pytest.fail(_describe(timer.task_errors), pytrace=False)
+
+
+@pytest.fixture(name="follow_loop_time")
+def follow_loop_time_fixture() -> Iterator[None]:
+    """hwtimer's asyncio helpers follow the event loop's time() in the test."""
+    with follow_loop_time():
+        yield

@@ -1,0 +1,175 @@
+"""Time that tests control: a manual timer, and asyncio under fake time.
+
+``ManualTimer`` is a ``HashedWheelTimer`` whose core runs the same C wheel in
+manual mode: no worker or dispatch thread, and a clock that starts at 0.0 and
+moves only when the test calls ``advance()``.  ``use_timer()`` makes
+``hwtimer.default_timer()`` (and so the asyncio helpers) return it.
+``follow_loop_time()`` makes the asyncio helpers on a real timer put their
+deadlines on the event loop's own clock, for fake-time loops such as
+looptime's.  The pytest plugin (``hwtimer.pytest_plugin``) wraps these as
+fixtures.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import SupportsFloat, SupportsIndex, Union
+
+from . import _default
+from ._hwtimer import HashedWheelTimer, _follow_loop_time, _ManualTimer
+
+__all__ = ["ManualTimer", "follow_loop_time", "use_timer"]
+
+_Seconds = Union[float, SupportsFloat, SupportsIndex, timedelta]
+
+
+class ManualTimer(_ManualTimer):
+    """``ManualTimer(tick_duration=0.001, ticks_per_wheel=4096, *,
+    max_pending_timeouts=0)``: a ``HashedWheelTimer`` with no threads, whose
+    clock (``time()``) starts at 0.0 and moves only by ``advance()``.
+
+    Timeouts run as on a perfectly punctual real timer: a timeout due at
+    ``d`` runs at the end of the tick that holds ``d``, in the thread that
+    calls ``advance()``, with ``time()`` reading that tick's end.
+
+    ``task_errors`` lists the exceptions its tasks raised (each is also
+    logged on the ``"hwtimer"`` logger, as on a real timer); the
+    ``manual_timer`` fixture fails a test that leaves any there.
+    """
+
+    task_errors: list[BaseException]
+
+    def __init__(
+        self,
+        tick_duration: _Seconds = 0.001,
+        ticks_per_wheel: SupportsIndex = 4096,
+        *,
+        max_pending_timeouts: SupportsIndex = 0,
+    ) -> None:
+        self.task_errors = []
+        _watch_task_errors()
+
+    async def advance_async(self, seconds: _Seconds) -> int:
+        """``advance(seconds)`` from the running loop's thread, yielding to
+        the loop until the callbacks and scope expiries that it handed to
+        this loop have run, and then until what they set going has settled.
+        Returns what ``advance()`` returns.
+
+        It first lets the loop settle, so that tasks created just before the
+        call have started (and scheduled their deadlines) when time moves.
+
+        The clock stops at each tick that hands callbacks to this loop while
+        they, and the tasks they wake, run: they see that tick's ``time()``,
+        and what they schedule before ``seconds`` have passed runs in the
+        same call.
+        """
+        loop = asyncio.get_running_loop()
+        target = self._target(seconds)
+        await _settle(self, loop)  # tasks made just before take their first step
+        ran = 0
+        while True:
+            n, reached = self._advance_until(target, loop)
+            ran += n
+            await _settle(self, loop)
+            if reached:
+                return ran
+
+
+#: How many times advance_async() yields, at most, for the loop to settle:
+#: a task that never waits must not hold it for ever.
+_SETTLE_STEPS = 100
+
+
+async def _settle(timer: ManualTimer, loop: asyncio.AbstractEventLoop) -> None:
+    """Yields until the callbacks `timer` handed to `loop` have run and the
+    loop has nothing else ready to run.  asyncio's loops (and those built on
+    them, looptime's) show their ready queue; for others (uvloop) one more
+    turn of the loop after the callbacks is what can be known."""
+    ready = getattr(loop, "_ready", None)
+    for _ in range(_SETTLE_STEPS):
+        await asyncio.sleep(0)
+        if timer._holds(loop):
+            continue
+        if ready is None:
+            await asyncio.sleep(0)  # a turn for the tasks they woke
+            return
+        if not ready:
+            return
+
+
+class _TaskErrors(logging.Filter):
+    """Collects, on each ManualTimer, the exceptions its tasks raised, from
+    the records that the binding logs for them.  A filter rather than a
+    handler: the "hwtimer" logger keeps no handler of its own, so that
+    logging's last resort still prints its warnings."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if isinstance(args, tuple) and len(args) == 2 and record.exc_info:
+            timer = getattr(args[1], "timer", None)
+            exc = record.exc_info[1]
+            if isinstance(timer, ManualTimer) and exc is not None:
+                timer.task_errors.append(exc)
+        return True
+
+
+_filter_lock = threading.Lock()
+_filter: _TaskErrors | None = None
+
+
+def _watch_task_errors() -> None:
+    global _filter
+    if _filter is None:
+        with _filter_lock:
+            if _filter is None:
+                _filter = _TaskErrors()
+                logging.getLogger("hwtimer").addFilter(_filter)
+
+
+@contextlib.contextmanager
+def use_timer(timer: HashedWheelTimer) -> Iterator[HashedWheelTimer]:
+    """Inside the block, ``hwtimer.default_timer()`` returns `timer`, in
+    every thread (and so do ``hwtimer.timeout()``, ``timeout_at()``,
+    ``wait_for()`` and ``sleep()`` without ``timer=``).  Blocks nest."""
+    if not isinstance(timer, HashedWheelTimer):
+        raise TypeError(f"use_timer() takes a HashedWheelTimer, not {type(timer).__name__}")
+    _default._installed.append(timer)
+    try:
+        yield timer
+    finally:
+        # the innermost installation of this timer: the last one
+        for i in range(len(_default._installed) - 1, -1, -1):
+            if _default._installed[i] is timer:
+                del _default._installed[i]
+                break
+
+
+_follow_lock = threading.Lock()
+_follow_depth = 0
+
+
+@contextlib.contextmanager
+def follow_loop_time() -> Iterator[None]:
+    """Inside the block, ``hwtimer.timeout()``, ``timeout_at()``,
+    ``wait_for()`` and ``sleep()`` on a real timer put their deadlines on
+    the running loop's own ``call_at()``, so that they follow the loop's
+    ``time()``: on a fake-time loop (looptime's, or any loop whose
+    ``time()`` a test moves) they fire at loop time with no real wait.  On
+    a ``ManualTimer`` they stay on its clock.  ``timer.call_later()`` and
+    ``new_timeout()`` are not affected.  Blocks nest; the switch is the same
+    for every thread."""
+    global _follow_depth
+    with _follow_lock:
+        _follow_depth += 1
+        _follow_loop_time(True)
+    try:
+        yield
+    finally:
+        with _follow_lock:
+            _follow_depth -= 1
+            _follow_loop_time(_follow_depth > 0)

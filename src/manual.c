@@ -1,0 +1,257 @@
+/*
+ * manual.c: hwtimer._hwtimer._ManualTimer, the base of
+ * hwtimer.testing.ManualTimer: a HashedWheelTimer whose core runs in manual
+ * mode (no worker, no dispatch thread) on a clock that only advance()
+ * moves.  It is the real wheel: advance() hands the core one tick end at a
+ * time, runs that tick's tasks in the calling thread while time() reads the
+ * tick's end, and lets the core take what those tasks scheduled before the
+ * next tick, so that a test sees what a perfectly punctual timer would do.
+ */
+#include "binding.h"
+
+#include <math.h>
+
+/* advance_to_next() gives up on a timeout this many ticks with work
+   away (a far one is visited once per turn of the wheel; an infinite
+   delay is never due). */
+#define MAX_IDLE_STEPS 1000000
+
+static uint64_t expired_count(TimerObject *self)
+{
+    hwt_stats s;
+    hwt_timer_stats(self->core, &s);
+    return s.expired;
+}
+
+/* Runs of periodic timeouts in a chain of delivered timeouts. */
+static uint64_t periodic_runs(hwt_timeout *node)
+{
+    uint64_t n = 0;
+    for (; node; node = hwt_timeout_of(node->link.next))
+        n += node->period != 0;
+    return n;
+}
+
+/* What advance() returns: how many tasks ran or were handed over.  The
+   core counts one-shot expiries; runs of periodic timeouts the steps count
+   as they deliver them. */
+typedef struct {
+    uint64_t expired_before;
+    uint64_t periodic;
+} ran_count;
+
+static void count_start(TimerObject *self, ran_count *c)
+{
+    c->expired_before = expired_count(self);
+    c->periodic = 0;
+}
+
+static uint64_t count_end(TimerObject *self, const ran_count *c)
+{
+    return expired_count(self) - c->expired_before + c->periodic;
+}
+
+/* Moves the clock to `now` (>= the clock) and lets the wheel process every
+   tick that has ended by then, running their tasks here; then lets it take
+   the timeouts that those tasks scheduled.  Returns the clock time at which
+   the next tick with work ends, or HWT_NEVER.  Called with advance_lock. */
+static int64_t step(TimerObject *self, int64_t now, ran_count *ran)
+{
+    hwt_sink *dflt = hwt_timer_default_sink(self->core);
+    atomic_store_explicit(&self->manual_now, now, memory_order_relaxed);
+    Py_ssize_t held = hwtimer_loop_sinks_periodic(self);
+    int64_t next = hwt_timer_advance(self->core, now);
+    Py_ssize_t handed = hwtimer_loop_sinks_periodic(self) - held;
+    ran->periodic += handed > 0 ? (uint64_t)handed : 0;
+    hwt_timeout *batch = hwt_sink_take(dflt);
+    if (batch) {
+        ran->periodic += periodic_runs(batch);
+        hwtimer_run_batch(dflt, batch);
+        next = hwt_timer_advance(self->core, now); /* nothing is due: it transfers */
+    }
+    hwtimer_release_chain(hwt_timer_take_released(self->core));
+    return next;
+}
+
+/* Processes, tick by tick, every tick with work that ends by `target`,
+   then leaves the clock at `target`; or, given a `loop`, stops after the
+   first tick that handed callbacks to it, so that they run at that tick's
+   time.  Returns whether it reached `target`.  Called with advance_lock. */
+static bool advance_to(TimerObject *self, int64_t target, PyObject *loop, ran_count *ran)
+{
+    int64_t next = step(self, atomic_load(&self->manual_now), ran);
+    while (next <= target) {
+        next = step(self, next, ran);
+        if (loop && hwtimer_loop_sink_holds(self, loop))
+            return false;
+    }
+    step(self, target, ran);
+    return true;
+}
+
+/* Reads advance()'s argument as ns.  Returns 0 or -1 with TypeError or
+   ValueError (a negative, NaN or infinite one, or past 64-bit ns). */
+static int parse_advance(TimerObject *self, PyObject *obj, int64_t *ns)
+{
+    double seconds;
+    if (hwtimer_parse_seconds(self->state, obj, "seconds", &seconds) < 0)
+        return -1;
+    int64_t now = atomic_load(&self->manual_now);
+    double x = nearbyint(seconds * 1e9);
+    if (!(x >= 0) || !(x < 9.2e18 - (double)now)) {
+        PyErr_Format(PyExc_ValueError,
+                     "seconds must be >= 0 and finite (and keep the clock within 64-bit "
+                     "nanoseconds), not %R",
+                     obj);
+        return -1;
+    }
+    *ns = (int64_t)x;
+    return 0;
+}
+
+static PyObject *manual_time(TimerObject *self, PyObject *unused)
+{
+    (void)unused;
+    return PyFloat_FromDouble(hwtimer_seconds(atomic_load(&self->manual_now)));
+}
+
+static PyObject *manual_advance(TimerObject *self, PyObject *arg)
+{
+    if (hwtimer_current_task_timer == self) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "advance() cannot be called from a task of the timer it would move");
+        return NULL;
+    }
+    int64_t delta;
+    if (parse_advance(self, arg, &delta) < 0 || hwtimer_manual_lock(self, "advance()") < 0)
+        return NULL;
+    ran_count ran;
+    count_start(self, &ran);
+    advance_to(self, atomic_load(&self->manual_now) + delta, NULL, &ran);
+    uint64_t n = count_end(self, &ran);
+    hwtimer_manual_unlock(self);
+    return PyLong_FromUnsignedLongLong(n);
+}
+
+/* _target(seconds): the clock time, in ns, that advance(seconds) would
+   reach; TypeError or ValueError as advance() raises them. */
+static PyObject *manual_target(TimerObject *self, PyObject *arg)
+{
+    int64_t delta;
+    if (parse_advance(self, arg, &delta) < 0)
+        return NULL;
+    return PyLong_FromLongLong(atomic_load(&self->manual_now) + delta);
+}
+
+/* _advance_until(target_ns, loop): advance_async()'s step: advances
+   towards `target_ns`, stopping after a tick that handed callbacks to
+   `loop`.  Returns (tasks run or handed over, whether it got there). */
+static PyObject *manual_advance_until(TimerObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "_advance_until() takes target_ns and loop");
+        return NULL;
+    }
+    long long target = PyLong_AsLongLong(args[0]);
+    if (target == -1 && PyErr_Occurred())
+        return NULL;
+    if (hwtimer_current_task_timer == self) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "advance_async() cannot be called from a task of the timer it would move");
+        return NULL;
+    }
+    if (hwtimer_manual_lock(self, "advance_async()") < 0)
+        return NULL;
+    ran_count ran;
+    count_start(self, &ran);
+    bool reached =
+        target <= atomic_load(&self->manual_now) || advance_to(self, target, args[1], &ran);
+    uint64_t n = count_end(self, &ran);
+    hwtimer_manual_unlock(self);
+    return Py_BuildValue("(KO)", (unsigned long long)n, reached ? Py_True : Py_False);
+}
+
+static PyObject *manual_advance_to_next(TimerObject *self, PyObject *unused)
+{
+    (void)unused;
+    if (hwtimer_current_task_timer == self) {
+        PyErr_SetString(PyExc_RuntimeError, "advance_to_next() cannot be called from a task of "
+                                            "the timer it would move");
+        return NULL;
+    }
+    if (hwtimer_manual_lock(self, "advance_to_next()") < 0)
+        return NULL;
+    ran_count ran;
+    count_start(self, &ran);
+    int64_t next = step(self, atomic_load(&self->manual_now), &ran);
+    bool moved = false;
+    /* A tick with work may only hold a timeout due on a later turn of the
+       wheel: go on to the first tick where something falls due. */
+    for (int i = 0; next != HWT_NEVER && i < MAX_IDLE_STEPS; i++) {
+        moved = true;
+        next = step(self, next, &ran);
+        if (count_end(self, &ran) != 0 || hwt_timer_pending(self->core) == 0)
+            break;
+    }
+    hwtimer_manual_unlock(self);
+    if (!moved)
+        Py_RETURN_NONE;
+    return manual_time(self, NULL);
+}
+
+/* _holds(loop): whether callbacks that advance() handed to `loop` are
+   still waiting to run there; advance_async() yields until they have. */
+static PyObject *manual_holds(TimerObject *self, PyObject *loop)
+{
+    return PyBool_FromLong(hwtimer_loop_sink_holds(self, loop));
+}
+
+static PyObject *manual_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"tick_duration", "ticks_per_wheel", "max_pending_timeouts", NULL};
+    hwtimer_timer_args a = {.thread_name = Py_None,
+                            .executor = Py_None,
+                            .default_tick = 0.001,
+                            .default_ticks = 4096,
+                            .manual = true};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|OO$O:ManualTimer", kwlist, &a.tick_duration,
+                                     &a.ticks_per_wheel, &a.max_pending_timeouts))
+        return NULL;
+    return hwtimer_timer_build(tp, &a);
+}
+
+static PyMethodDef manual_methods[] = {
+    {"time", (PyCFunction)manual_time, METH_NOARGS,
+     "time($self, /)\n--\n\nThe timer's clock, in seconds; 0.0 when it is made."},
+    {"advance", (PyCFunction)manual_advance, METH_O,
+     "advance($self, seconds, /)\n--\n\nMoves the clock forward tick by tick, running each "
+     "due task in this thread; returns how many tasks ran or were handed to their loop."},
+    {"advance_to_next", (PyCFunction)manual_advance_to_next, METH_NOARGS,
+     "advance_to_next($self, /)\n--\n\nMoves the clock to the end of the next tick where a "
+     "timeout falls due and runs what is due there; returns the new time, or None when "
+     "nothing is pending."},
+    {"_target", (PyCFunction)manual_target, METH_O,
+     "_target($self, seconds, /)\n--\n\nThe clock in ns that advance(seconds) would reach."},
+    {"_advance_until", (PyCFunction)(void (*)(void))manual_advance_until, METH_FASTCALL,
+     "_advance_until($self, target_ns, loop, /)\n--\n\nadvance_async()'s step."},
+    {"_holds", (PyCFunction)manual_holds, METH_O,
+     "_holds($self, loop, /)\n--\n\nWhether callbacks handed to loop wait to run."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyType_Slot manual_slots[] = {
+    {Py_tp_doc, "_ManualTimer(tick_duration=0.001, ticks_per_wheel=4096, *, "
+                "max_pending_timeouts=0)\n--\n\n"
+                "A HashedWheelTimer with no threads, on a clock the test moves."},
+    {Py_tp_new, manual_new},
+    {Py_tp_methods, manual_methods},
+    {0, NULL},
+};
+
+PyType_Spec hwtimer_manual_spec = {
+    .name = "hwtimer._hwtimer._ManualTimer",
+    .basicsize = sizeof(TimerObject),
+    /* GC support, traverse and clear are inherited from HashedWheelTimer */
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .slots = manual_slots,
+};

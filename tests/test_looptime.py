@@ -1,0 +1,81 @@
+"""hwtimer under looptime, the pytest plugin that runs asyncio tests on a
+fake loop clock: in a test that looptime runs, hwtimer's plugin makes the
+asyncio helpers follow the loop's time(), so that a timeout of 3 s fires at
+loop time 3 with no real wait, and hwtimer.sleep(3) moves loop time by 3.
+
+The cases run as a user's project runs them: pytest in a subprocess, with
+pytest-asyncio, looptime and hwtimer's plugin loaded from their entry
+points (in this process pytest-asyncio would leave an event loop unclosed
+after a sync test: its issue 724)."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("looptime")
+pytest.importorskip("pytest_asyncio")
+pytest_plugins = ["pytester"]
+
+CASES = """
+import asyncio
+import time
+
+import pytest
+
+import hwtimer
+
+
+@pytest.mark.asyncio
+@pytest.mark.looptime
+async def test_timeout_fires_at_loop_time() -> None:
+    loop = asyncio.get_running_loop()
+    started = time.monotonic()
+    with pytest.raises(TimeoutError):
+        async with hwtimer.timeout(3):
+            await asyncio.sleep(100)
+    assert loop.time() == pytest.approx(3)
+    assert time.monotonic() - started < 2  # no real wait
+
+
+@pytest.mark.asyncio
+@pytest.mark.looptime
+async def test_sleep_moves_loop_time_at_no_real_cost() -> None:
+    loop = asyncio.get_running_loop()
+    started = time.monotonic()
+    assert await hwtimer.sleep(3, "done") == "done"
+    assert loop.time() == pytest.approx(3)
+    assert time.monotonic() - started < 2
+
+
+@pytest.mark.asyncio
+@pytest.mark.looptime
+async def test_wait_for_and_timeout_at_follow_loop_time() -> None:
+    loop = asyncio.get_running_loop()
+    with pytest.raises(TimeoutError):
+        await hwtimer.wait_for(asyncio.sleep(3600), 60)
+    assert loop.time() == pytest.approx(60)
+    assert await hwtimer.wait_for(asyncio.sleep(5, "quick"), 60) == "quick"
+    with pytest.raises(TimeoutError):
+        async with hwtimer.timeout_at(loop.time() + 10):
+            await asyncio.sleep(3600)
+    assert loop.time() == pytest.approx(75)
+
+
+@pytest.mark.asyncio
+@pytest.mark.looptime(False)
+async def test_looptime_false_keeps_the_wheel() -> None:
+    from hwtimer._hwtimer import _follow_loop_time
+
+    assert _follow_loop_time(None) is False
+    started = time.monotonic()
+    async with hwtimer.timeout(5):
+        await hwtimer.sleep(0.01)
+    assert time.monotonic() - started >= 0.01
+"""
+
+
+def test_looptime(pytester: pytest.Pytester) -> None:
+    pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
+    pytester.makepyfile(test_user=CASES)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q")
+    result.assert_outcomes(passed=4)

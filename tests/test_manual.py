@@ -1,0 +1,673 @@
+"""hwtimer.testing.ManualTimer: the real wheel in manual mode, on a clock the
+test moves.  Netty's cases of test_netty.py rerun here with exact ticks:
+a timeout due at d runs at the end of the tick that holds d."""
+
+from __future__ import annotations
+
+import gc
+import logging
+import threading
+import weakref
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from conftest import native_thread_names
+from test_netty import check_rejected_back_to_back
+
+import hwtimer
+from hwtimer import Timeout
+from hwtimer.testing import ManualTimer, use_timer
+
+SRC = Path(__file__).resolve().parent.parent / "src"
+
+
+class Recorder:
+    """A task that records the timer's clock, and the thread, at each call."""
+
+    def __init__(self, timer: ManualTimer, name: str = "") -> None:
+        self.timer = timer
+        self.name = name
+        self.times: list[float] = []
+        self.threads: list[int] = []
+        self.calls: list[Timeout] = []
+
+    def __call__(self, timeout: Timeout) -> None:
+        self.times.append(self.timer.time())
+        self.threads.append(threading.get_ident())
+        self.calls.append(timeout)
+
+    @property
+    def count(self) -> int:
+        return len(self.times)
+
+
+def noop(timeout: Timeout) -> None:
+    pass
+
+
+@pytest.fixture
+def make_manual() -> Iterator[Callable[..., ManualTimer]]:
+    timers: list[ManualTimer] = []
+
+    def factory(*args: object, **kwargs: object) -> ManualTimer:
+        timer = ManualTimer(*args, **kwargs)
+        timers.append(timer)
+        return timer
+
+    yield factory
+    for timer in timers:
+        timer.stop()
+
+
+@pytest.fixture
+def manual(make_manual: Callable[..., ManualTimer]) -> ManualTimer:
+    return make_manual()
+
+
+# ---- what it is ----
+
+
+def test_a_hashed_wheel_timer_with_the_documented_defaults(manual: ManualTimer) -> None:
+    assert isinstance(manual, hwtimer.HashedWheelTimer)
+    assert manual.tick_duration == 0.001
+    assert manual.ticks_per_wheel == 4096
+    assert manual.max_pending_timeouts == 0
+    assert manual.time() == 0.0
+    assert "ManualTimer" in repr(manual)
+
+
+def test_constructor_arguments_follow_hashed_wheel_timer(make_manual) -> None:
+    timer = make_manual(0.5, 100, max_pending_timeouts=7)
+    assert (timer.tick_duration, timer.ticks_per_wheel, timer.max_pending_timeouts) == (0.5, 128, 7)
+    with pytest.raises(ValueError):
+        ManualTimer(0)
+    with pytest.raises(TypeError):
+        ManualTimer("fast")
+    with pytest.raises(ValueError):
+        ManualTimer(0.001, 0)
+    with pytest.raises(TypeError):
+        ManualTimer(executor=None)  # no threads, no executor
+    with pytest.warns(RuntimeWarning):
+        assert make_manual(0.0001).tick_duration == 0.001
+
+
+def test_no_threads_and_tasks_run_in_the_calling_thread(manual: ManualTimer) -> None:
+    before = sorted(native_thread_names())
+    python_threads = threading.active_count()
+    task = Recorder(manual)
+    manual.new_timeout(task, 0.01)
+    assert sorted(native_thread_names()) == before
+    assert threading.active_count() == python_threads
+    assert manual.advance(1) == 1
+    assert task.threads == [threading.get_ident()]
+
+    other = Recorder(manual)
+    manual.new_timeout(other, 0.01)
+    thread = threading.Thread(target=manual.advance, args=(1,))
+    thread.start()
+    thread.join()
+    assert other.threads == [thread.ident]
+
+
+def test_clock_moves_only_by_advance(manual: ManualTimer) -> None:
+    task = Recorder(manual)
+    timeout = manual.new_timeout(task, 0.25)
+    assert timeout.deadline == 0.25
+    assert "0.250 s later" in repr(timeout)
+    assert manual.time() == 0.0
+    assert manual.advance(0.1) == 0
+    assert manual.time() == 0.1
+    assert manual.advance(timedelta(milliseconds=200)) == 1
+    assert manual.time() == pytest.approx(0.3)
+    assert task.times == [0.251]  # the end of the tick that holds 0.25
+    assert "ago" in repr(timeout)
+
+
+def test_deadlines_count_from_the_clock_at_scheduling(manual: ManualTimer) -> None:
+    manual.advance(5)
+    task = Recorder(manual)
+    timeout = manual.new_timeout(task, 2)
+    assert timeout.deadline == 7.0
+    manual.advance(2)
+    assert task.count == 0  # 7.0 is the start of the tick that ends at 7.001
+    manual.advance(0.001)
+    assert task.times == [7.001]
+
+
+def test_time_reads_each_ticks_end_while_its_tasks_run(make_manual) -> None:
+    timer = make_manual(0.1, 8)
+    tasks = [Recorder(timer, str(i)) for i in range(4)]
+    for i, task in enumerate(tasks):
+        timer.new_timeout(task, 0.1 * i + 0.05)
+    assert timer.advance(10) == 4
+    assert [t.times for t in tasks] == [[0.1], [0.2], [0.3], [0.4]]
+    assert timer.time() == 10.0
+
+
+def test_timeouts_scheduled_by_tasks_run_in_the_same_advance(manual: ManualTimer) -> None:
+    times: list[float] = []
+
+    def task(timeout: Timeout) -> None:
+        times.append(manual.time())
+        if len(times) < 5:
+            manual.new_timeout(task, 0.01)
+
+    manual.new_timeout(task, 0.01)
+    assert manual.advance(1) == 5
+    assert times == pytest.approx([0.011, 0.022, 0.033, 0.044, 0.055])
+    assert manual.pending_timeouts() == 0
+
+
+def test_a_task_scheduled_past_the_new_time_waits(manual: ManualTimer) -> None:
+    later = Recorder(manual)
+    manual.new_timeout(lambda _: manual.new_timeout(later, 1), 0.5)
+    assert manual.advance(1) == 1
+    assert later.count == 0 and manual.pending_timeouts() == 1
+    assert manual.advance(1) == 1
+    assert later.times == [1.502]
+
+
+def test_a_delay_of_zero_runs_at_the_next_tick(manual: ManualTimer) -> None:
+    task = Recorder(manual)
+    manual.new_timeout(task, 0)
+    manual.new_timeout(task, -5)
+    assert manual.advance(0.001) == 2
+    assert task.times == [0.001, 0.001]
+
+
+def test_advance_to_next(make_manual) -> None:
+    timer = make_manual(0.01, 16)
+    assert timer.advance_to_next() is None
+    assert timer.time() == 0.0
+    task = Recorder(timer)
+    timer.new_timeout(task, 0.5)
+    timer.new_timeout(task, 0.5)
+    timer.new_timeout(task, 3)  # many turns of the 0.16 s wheel away
+    assert timer.advance_to_next() == 0.51
+    assert task.times == [0.51, 0.51]
+    assert timer.advance_to_next() == 3.01
+    assert timer.advance_to_next() is None
+    assert timer.time() == 3.01
+
+
+def test_advance_to_next_skips_cancelled_timeouts(manual: ManualTimer) -> None:
+    task = Recorder(manual)
+    manual.new_timeout(task, 1).cancel()
+    manual.new_timeout(task, 2)
+    assert manual.advance_to_next() == 2.001
+    assert task.count == 1
+    manual.new_timeout(task, 1).cancel()
+    assert manual.advance_to_next() is None
+    assert manual.time() == 2.001
+
+
+def test_task_errors_are_logged_and_do_not_stop_the_advance(
+    manual: ManualTimer, caplog: pytest.LogCaptureFixture
+) -> None:
+    def boom(timeout: Timeout) -> None:
+        raise ValueError("boom")
+
+    after = Recorder(manual)
+    manual.new_timeout(boom, 0.01)
+    manual.new_timeout(after, 0.02)
+    with caplog.at_level(logging.WARNING, logger="hwtimer"):
+        assert manual.advance(1) == 2
+    assert after.count == 1
+    assert manual.stats()["task_errors"] == 1
+    assert [type(e) for e in manual.task_errors] == [ValueError]
+    assert any(r.exc_info and r.exc_info[0] is ValueError for r in caplog.records)
+
+
+def test_stats_count_exact_ticks_and_lateness(manual: ManualTimer) -> None:
+    for _ in range(3):
+        manual.new_timeout(noop, 0.0105)
+    manual.new_timeout(noop, 5).cancel()
+    manual.advance(1)
+    stats = manual.stats()
+    assert stats["scheduled"] == 4 and stats["expired"] == 3 and stats["cancelled"] == 1
+    assert stats["max_expired_per_tick"] == 3
+    assert stats["late_max"] == pytest.approx(0.0005)
+    assert stats["task_time_max"] == 0.0  # the clock stands still while a task runs
+    assert stats["wakeups"] == 0
+
+
+def test_huge_delays_never_fire(manual: ManualTimer) -> None:
+    task = Recorder(manual)
+    a = manual.new_timeout(task, float("inf"))
+    b = manual.new_timeout(task, 1e300)
+    assert a.deadline == float("inf") and b.deadline == float("inf")
+    manual.advance(86400)
+    assert task.count == 0
+    assert manual.pending_timeouts() == 2
+
+
+def test_a_done_timeout_lets_go_of_its_task(manual: ManualTimer) -> None:
+    class Task:
+        def __call__(self, timeout: Timeout) -> None:
+            pass
+
+    fired, cancelled = Task(), Task()
+    refs = [weakref.ref(fired), weakref.ref(cancelled)]
+    manual.new_timeout(fired, 0.01)
+    manual.new_timeout(cancelled, 0.01).cancel()
+    del fired, cancelled
+    manual.advance(0.1)
+    gc.collect()
+    assert [r() for r in refs] == [None, None]
+
+
+# ---- bad input: a clear error, the clock unchanged, nothing run ----
+
+
+@pytest.mark.parametrize(
+    "seconds, error",
+    [
+        (-1, ValueError),
+        (-0.001, ValueError),
+        (float("nan"), ValueError),
+        (float("inf"), ValueError),
+        (1e300, ValueError),
+        ("1", TypeError),
+        (None, TypeError),
+        (True, TypeError),
+        ([1], TypeError),
+    ],
+)
+def test_advance_rejects_bad_input(manual: ManualTimer, seconds: object, error: type) -> None:
+    task = Recorder(manual)
+    manual.new_timeout(task, 0)
+    manual.advance(0.0005)
+    with pytest.raises(error):
+        manual.advance(seconds)  # type: ignore[arg-type]
+    assert manual.time() == 0.0005
+    assert task.count == 0
+    assert manual.pending_timeouts() == 1
+
+
+def test_advance_from_inside_its_own_task_is_refused(manual: ManualTimer) -> None:
+    errors: list[BaseException] = []
+    later = Recorder(manual)
+
+    def task(timeout: Timeout) -> None:
+        for call in (lambda: manual.advance(1), manual.advance_to_next):
+            try:
+                call()
+            except RuntimeError as e:
+                errors.append(e)
+
+    manual.new_timeout(task, 0.01)
+    manual.new_timeout(later, 0.5)
+    assert manual.advance(0.1) == 1
+    assert len(errors) == 2 and all("task" in str(e) for e in errors)
+    assert manual.time() == 0.1
+    assert later.count == 0
+
+
+def test_stop_from_inside_its_own_task_is_refused(manual: ManualTimer) -> None:
+    errors: list[BaseException] = []
+
+    def task(timeout: Timeout) -> None:
+        try:
+            manual.stop()
+        except RuntimeError as e:
+            errors.append(e)
+
+    manual.new_timeout(task, 0.01)
+    manual.advance(0.1)
+    assert len(errors) == 1
+
+
+def test_a_task_may_advance_another_manual_timer(make_manual) -> None:
+    outer, inner = make_manual(), make_manual()
+    task = Recorder(inner)
+    inner.new_timeout(task, 1)
+    outer.new_timeout(lambda _: inner.advance(2), 0.01)
+    outer.advance(0.1)
+    assert task.times == [1.001]
+
+
+# ---- threads ----
+
+
+def test_advances_from_several_threads_run_each_task_once(manual: ManualTimer) -> None:
+    n = 2000
+    counts = [0] * n
+    lock = threading.Lock()
+
+    def make_task(i: int) -> Callable[[Timeout], None]:
+        def task(timeout: Timeout) -> None:
+            with lock:
+                counts[i] += 1
+
+        return task
+
+    for i in range(n):
+        manual.new_timeout(make_task(i), (i % 100) * 0.01)
+    threads = [
+        threading.Thread(target=lambda: [manual.advance(0.002) for _ in range(300)])
+        for _ in range(4)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert counts == [1] * n
+    assert manual.time() == pytest.approx(4 * 300 * 0.002)
+
+
+def test_stop_waits_for_an_advance_in_another_thread(manual: ManualTimer) -> None:
+    started, release = threading.Event(), threading.Event()
+    finished: list[str] = []
+
+    def slow(timeout: Timeout) -> None:
+        started.set()
+        release.wait(10)
+        finished.append("slow")
+
+    manual.new_timeout(slow, 0.01)
+    pending = manual.new_timeout(noop, 5)
+    thread = threading.Thread(target=manual.advance, args=(1,))
+    thread.start()
+    assert started.wait(10)
+    stopper = threading.Thread(target=lambda: finished.append(len(manual.stop())))
+    stopper.start()
+    stopper.join(0.05)
+    assert stopper.is_alive()  # stop() waits for the task that began
+    release.set()
+    thread.join()
+    stopper.join()
+    assert finished == ["slow", 1]
+    assert pending.is_cancelled()
+
+
+# ---- use_timer ----
+
+
+def test_use_timer_in_every_thread(manual: ManualTimer) -> None:
+    real = hwtimer.default_timer()
+    seen: list[object] = []
+    with use_timer(manual) as installed:
+        assert installed is manual
+        assert hwtimer.default_timer() is manual
+        thread = threading.Thread(target=lambda: seen.append(hwtimer.default_timer()))
+        thread.start()
+        thread.join()
+        with use_timer(real):
+            assert hwtimer.default_timer() is real
+        assert hwtimer.default_timer() is manual
+    assert seen == [manual]
+    assert hwtimer.default_timer() is real
+
+
+def test_use_timer_rejects_what_is_not_a_timer() -> None:
+    real = hwtimer.default_timer()
+    with pytest.raises(TypeError):
+        with use_timer("timer"):  # type: ignore[arg-type]
+            pass
+    assert hwtimer.default_timer() is real
+
+
+#: Direct reads of CLOCK_MONOTONIC the binding keeps, none of them a
+#: deadline's: the loop's clock between a scope's creation and its entry
+#: (loop.time() is monotonic; a ManualTimer's scopes skip it), and the
+#: real-time wait of stop() for a dispatch thread.
+CLOCK_READS_ALLOWED = {"scope.c": 2, "timer.c": 3}
+
+
+def test_the_binding_reads_time_in_one_place() -> None:
+    # Manual and real clocks differ only in the core's hwt_config.clock:
+    # the binding reads its timers' time through hwtimer_clock_ns().
+    for path in SRC.glob("*.c"):
+        if path.name.startswith("hwt"):
+            continue  # the core
+        text = path.read_text()
+        reads = sum(
+            text.count(d) for d in ("hwt_monotonic_ns(", "clock_gettime(", "CLOCK_MONOTONIC")
+        )
+        assert reads <= CLOCK_READS_ALLOWED.get(path.name, 0), f"{path.name} reads the clock itself"
+
+
+# ---- Netty's cases, on exact ticks ----
+
+
+def test_netty_schedule_timeout_should_not_run_before_delay(make_manual) -> None:
+    timer = make_manual(0.1, 512)
+    task = Recorder(timer)
+    timeout = timer.new_timeout(task, 3)
+    timer.advance(3)
+    assert task.count == 0 and not timeout.is_expired()
+    timer.advance(0.1)
+    assert task.times == [3.1]
+    assert timeout.is_expired()
+
+
+def test_netty_schedule_timeout_should_run_after_delay(make_manual) -> None:
+    timer = make_manual(0.1, 512)
+    task = Recorder(timer)
+    timeout = timer.new_timeout(task, 0.2)
+    assert timer.advance(0.3) == 1
+    assert task.times == [0.3]
+    assert timeout.is_expired()
+
+
+def test_netty_stop_timer(make_manual) -> None:
+    processed = make_manual()
+    for _ in range(3):
+        processed.new_timeout(noop, 0.001)
+    processed.advance(0.002)
+    assert processed.pending_timeouts() == 0
+    assert processed.stop() == []
+
+    unprocessed = make_manual()
+    timeouts = [unprocessed.new_timeout(noop, 5) for _ in range(5)]
+    unprocessed.advance(1)
+    returned = unprocessed.stop()
+    assert returned == timeouts and all(t.is_cancelled() for t in returned)
+    assert unprocessed.stop() == []
+
+
+def test_netty_timer_should_throw_after_shutdown(make_manual) -> None:
+    timer = make_manual()
+    task = Recorder(timer)
+    timer.new_timeout(task, 0.001)
+    timer.stop()
+    with pytest.raises(RuntimeError):
+        timer.new_timeout(task, 0.001)
+    assert timer.advance(1) == 0
+    assert task.count == 0
+
+
+def test_netty_timer_overflow_wheel_length(make_manual) -> None:
+    timer = make_manual(0.01, 4)  # one turn: 40 ms
+    task = Recorder(timer)
+
+    def again(timeout: Timeout) -> None:
+        task(timeout)
+        timer.new_timeout(again, 0.1 if task.count < 3 else 60)
+
+    timer.new_timeout(again, 0.1)
+    assert timer.advance(1) == 3
+    assert task.times == [0.11, 0.22, 0.33]
+    assert len(timer.stop()) == 1
+
+
+def test_netty_execution_on_time(make_manual) -> None:
+    timer = make_manual(0.05, 512)
+    task = Recorder(timer)
+    n = 20000
+    for _ in range(n):
+        timer.new_timeout(task, 0.125)
+    assert timer.advance(0.1) == 0
+    assert timer.advance(0.05) == n
+    assert set(task.times) == {0.15}
+    assert timer.stats()["max_expired_per_tick"] == n
+
+
+def test_netty_rejected_when_too_many_timeouts(make_manual) -> None:
+    check_rejected_back_to_back(make_manual(0.1, 32, max_pending_timeouts=2))
+
+
+def test_netty_accepted_again_after_one_is_cancelled(make_manual) -> None:
+    timer = make_manual(0.1, 32, max_pending_timeouts=2)
+    timer.new_timeout(noop, 5)
+    timer.new_timeout(noop, 5).cancel()
+    timer.advance(0)
+    assert timer.pending_timeouts() == 1
+    task = Recorder(timer)
+    timer.new_timeout(task, 0.09)
+    timer.advance(0.1)
+    assert task.times == [0.1]
+
+
+def test_netty_accepted_again_after_one_is_executed(make_manual) -> None:
+    timer = make_manual(0.025, 4, max_pending_timeouts=2)
+    timer.new_timeout(noop, 5)
+    first = Recorder(timer)
+    timer.new_timeout(first, 0.09)
+    timer.advance(0.1)
+    assert first.times == [0.1]
+    second = Recorder(timer)
+    timer.new_timeout(second, 0.09)
+    timer.advance(0.1)
+    assert second.times == [0.2]
+
+
+def test_netty_report_pending_timeouts(make_manual) -> None:
+    timer = make_manual(0.1, 512)
+    t1 = timer.new_timeout(noop, 6000)
+    t2 = timer.new_timeout(noop, 6000)
+    timer.new_timeout(noop, 0.09)
+    assert timer.pending_timeouts() == 3
+    t1.cancel()
+    t2.cancel()
+    timer.advance(0.1)
+    assert timer.pending_timeouts() == 0
+
+
+@pytest.mark.parametrize("delay", [0.5, 1.0, 4.1])
+def test_netty_overflow(make_manual, delay: float) -> None:
+    # longer than a turn of the 8-bucket wheel: visited once per turn
+    timer = make_manual(0.1, 8)
+    task = Recorder(timer)
+    timer.new_timeout(task, delay)
+    assert timer.advance_to_next() == pytest.approx(delay + 0.1)
+    assert task.times == [pytest.approx(delay + 0.1)]
+
+
+def test_netty_cancelled_task_is_never_run(manual: ManualTimer) -> None:
+    task = Recorder(manual)
+    timeout = manual.new_timeout(task, 0.01)
+    assert timeout.cancel()
+    assert not timeout.cancel()
+    manual.advance(1)
+    assert task.count == 0 and timeout.is_cancelled()
+
+
+def test_never_early_on_every_tick(make_manual) -> None:
+    timer = make_manual(0.01, 16)
+    late: list[float] = []
+    for i in range(500):
+        delay = i * 0.00137
+        timer.new_timeout(lambda t: late.append(timer.time() - t.deadline), delay)
+    timer.advance(1)
+    assert len(late) == 500
+    assert min(late) > 0
+    assert max(late) <= 0.01 + 1e-9
+
+
+def test_fifo_within_a_tick(make_manual) -> None:
+    timer = make_manual(0.1, 8)
+    order: list[int] = []
+    for i in range(50):
+        # scheduling order, not deadline order, within the tick
+        timer.new_timeout(lambda t, i=i: order.append(i), 0.099 - i * 0.001)
+    timer.advance(0.1)
+    assert order == list(range(50))
+
+
+def test_deadline_tick_order(make_manual) -> None:
+    timer = make_manual(0.01, 8)
+    order: list[float] = []
+    delays = [0.35, 0.05, 0.2, 0.0, 0.11]
+    for d in delays:
+        timer.new_timeout(lambda t, d=d: order.append(d), d)
+    timer.advance(1)
+    assert order == sorted(delays)
+
+
+def test_task_cancels_a_timeout_due_in_the_same_tick(manual: ManualTimer) -> None:
+    # A tick's timeouts all expire before its tasks run, as the worker
+    # hands them over: the cancel comes too late and both run, once each.
+    ran: list[object] = []
+    pair: list[Timeout] = []
+
+    def task(timeout: Timeout) -> None:
+        ran.append(timeout)
+        ran.append((pair[1] if timeout is pair[0] else pair[0]).cancel())
+
+    pair.append(manual.new_timeout(task, 0.0101))
+    pair.append(manual.new_timeout(task, 0.0102))
+    manual.advance(1)
+    assert ran == [pair[0], False, pair[1], False]
+
+
+def test_task_cancels_a_timeout_of_the_next_tick(manual: ManualTimer) -> None:
+    victim = Recorder(manual)
+    holder: list[Timeout] = []
+    manual.new_timeout(lambda t: holder.append(t.timer.new_timeout(victim, 0)), 0.01)
+    manual.new_timeout(lambda t: holder[0].cancel(), 0.01)
+    manual.advance(1)
+    assert victim.count == 0 and holder[0].is_cancelled()
+
+
+# ---- periodic timeouts and reset() on the manual clock ----
+
+
+@pytest.mark.parametrize("missed", ["skip", "delay", "burst"])
+def test_advancing_over_n_periods_runs_a_periodic_timeout_n_times(make_manual, missed: str) -> None:
+    timer = make_manual(0.01, 16)
+    task = Recorder(timer)
+    periodic = timer.new_periodic(task, 0.5, missed=missed)
+    assert timer.advance(10.01) == 20  # each run at the end of its tick
+    assert task.times == pytest.approx([0.5 * k + 0.01 for k in range(1, 21)])
+    assert task.calls == [periodic] * 20
+    assert not periodic.is_expired() and timer.pending_timeouts() == 1
+    assert periodic.cancel()
+    assert timer.advance(10) == 0 and task.count == 20
+
+
+def test_periodic_with_a_first_delay_and_stop(make_manual) -> None:
+    timer = make_manual(0.1, 8)
+    task = Recorder(timer)
+    periodic = timer.new_periodic(task, 1, delay=0.25)
+    timer.advance(2.5)
+    assert task.times == pytest.approx([0.3, 1.3, 2.3])
+    assert periodic.deadline == pytest.approx(3.25)
+    assert timer.stop() == [periodic]
+    assert periodic.is_cancelled()
+
+
+def test_reset_moves_the_deadline_on_the_manual_clock(manual: ManualTimer) -> None:
+    task = Recorder(manual)
+    timeout = manual.new_timeout(task, 10)
+    manual.advance(8)
+    assert timeout.reset(10) is True
+    assert timeout.deadline == 18.0
+    manual.advance(9.5)  # past the old deadline
+    assert task.count == 0
+    manual.advance(1)
+    assert task.times == [18.001]
+    assert timeout.reset(1) is False  # it has run
+
+
+def test_a_task_resetting_another_within_one_advance(manual: ManualTimer) -> None:
+    watched = Recorder(manual)
+    timeout = manual.new_timeout(watched, 1)
+    # a heartbeat every 0.5 s keeps pushing the deadline back
+    manual.new_periodic(lambda t: timeout.reset(1), 0.5)
+    manual.advance(60)
+    assert watched.count == 0
+    # the last heartbeat ran at 59.501 (the end of its tick)
+    assert timeout.deadline == pytest.approx(60.501)

@@ -1,0 +1,341 @@
+"""asyncio on a ManualTimer: call_later callbacks and scope expiries handed
+to their loop when the test advances the clock; timeout(), wait_for() and
+sleep() under the manual_timer fixture; the example service's IdleWatcher
+over half an hour in milliseconds; and follow_loop_time() on a loop whose
+time() is fake."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import threading
+import time
+from collections.abc import Awaitable
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+import hwtimer
+from hwtimer.testing import ManualTimer, follow_loop_time, use_timer
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "echo_service.py"
+
+
+@pytest.fixture(params=["asyncio", "uvloop"])
+def run(request: pytest.FixtureRequest) -> Callable[[Callable[[], Awaitable[Any]]], Any]:
+    if request.param == "uvloop":
+        uvloop = pytest.importorskip("uvloop")
+        new_loop = uvloop.new_event_loop
+    else:
+        new_loop = asyncio.new_event_loop
+
+    def runner(main: Callable[[], Awaitable[Any]]) -> Any:
+        loop = new_loop()
+        try:
+            return loop.run_until_complete(main())
+        finally:
+            loop.close()
+
+    return runner
+
+
+def test_call_later_is_handed_to_the_loop(manual_timer: ManualTimer, run: Any) -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        ran: list[tuple[float, int]] = []
+        manual_timer.call_later(
+            2, lambda x: ran.append((manual_timer.time(), threading.get_ident())), 1
+        )
+        assert manual_timer.advance(2) == 0
+        assert manual_timer.advance(0.001) == 1  # handed over ...
+        assert ran == []  # ... to run in the loop, not in advance()
+        while not ran:
+            await asyncio.sleep(0)
+        assert ran == [(2.001, threading.get_ident())]
+        ran.clear()
+        manual_timer.call_later(1, lambda: ran.append((manual_timer.time(), 0)))
+        assert await manual_timer.advance_async(5) == 1
+        assert ran == [(3.002, 0)]  # the clock stopped at its tick while it ran
+        assert manual_timer.time() == 7.001
+        assert loop.is_running()
+
+    run(main)
+
+
+def test_call_every_runs_at_each_tick_on_the_loop(manual_timer: ManualTimer, run: Any) -> None:
+    async def main() -> None:
+        times: list[float] = []
+        handle = manual_timer.call_every(60, lambda: times.append(manual_timer.time()))
+        assert await manual_timer.advance_async(3600.001) == 60  # an hour, every minute
+        assert times == pytest.approx([60 * k + 0.001 for k in range(1, 61)])
+        assert handle.cancel()
+        assert await manual_timer.advance_async(600) == 0
+
+    run(main)
+
+
+def test_call_later_from_another_thread_with_loop_given(
+    manual_timer: ManualTimer, run: Any
+) -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        done = asyncio.Event()
+        threads: list[int] = []
+
+        def callback() -> None:
+            threads.append(threading.get_ident())
+            done.set()
+
+        def test_thread() -> None:
+            manual_timer.call_later(30, callback, loop=loop)
+            manual_timer.advance(31)
+
+        thread = threading.Thread(target=test_thread)
+        thread.start()
+        await asyncio.wait_for(done.wait(), 10)
+        thread.join()
+        assert threads == [threading.get_ident()]
+
+    run(main)
+
+
+def test_timeout_scope_expires_when_the_clock_passes(manual_timer: ManualTimer, run: Any) -> None:
+    async def main() -> None:
+        started = time.monotonic()
+
+        async def body() -> str:
+            try:
+                async with hwtimer.timeout(60) as cm:
+                    await asyncio.Event().wait()
+            except TimeoutError:
+                assert cm.expired()
+                return f"timed out at {manual_timer.time()}"
+            return "no timeout"
+
+        task = asyncio.create_task(body())
+        await asyncio.sleep(0)  # it enters the scope at 0.0
+        await manual_timer.advance_async(59.9)
+        assert not task.done()
+        await manual_timer.advance_async(0.2)
+        assert task.done()
+        assert task.result() == "timed out at 60.001"
+        assert time.monotonic() - started < 5  # a minute of timer time, no real wait
+
+    run(main)
+
+
+def test_wait_for_and_sleep_under_the_fixture(manual_timer: ManualTimer, run: Any) -> None:
+    async def main() -> None:
+        never = asyncio.get_running_loop().create_future()
+        waiting = asyncio.create_task(hwtimer.wait_for(never, 10))
+        quick = asyncio.create_task(hwtimer.wait_for(asyncio.sleep(0, "fast"), 10))
+        sleeping = asyncio.create_task(hwtimer.sleep(3, "woke"))
+        await asyncio.sleep(0)
+        assert await quick == "fast"
+        await manual_timer.advance_async(3)
+        assert not sleeping.done()
+        await manual_timer.advance_async(0.001)
+        assert sleeping.done() and sleeping.result() == "woke"
+        await manual_timer.advance_async(7)
+        assert waiting.done()
+        with pytest.raises(TimeoutError):
+            waiting.result()
+        assert never.cancelled()
+        assert manual_timer.pending_timeouts() == 0
+
+    run(main)
+
+
+def test_nested_scopes_on_the_manual_clock(manual_timer: ManualTimer, run: Any) -> None:
+    async def main() -> list[str]:
+        events: list[str] = []
+
+        async def body() -> None:
+            async with hwtimer.timeout(10):
+                try:
+                    async with hwtimer.timeout(2):
+                        await asyncio.sleep(3600)
+                except TimeoutError:
+                    events.append(f"inner at {manual_timer.time()}")
+                await asyncio.sleep(3600)
+
+        task = asyncio.create_task(body())
+        await asyncio.sleep(0)
+        for _ in range(12):
+            await manual_timer.advance_async(1)
+        with pytest.raises(TimeoutError):
+            await task
+        events.append(f"outer by {manual_timer.time()}")
+        return events
+
+    assert run(main) == ["inner at 2.001", "outer by 12.0"]
+
+
+def test_advance_async_bad_input_changes_nothing(manual_timer: ManualTimer, run: Any) -> None:
+    async def main() -> None:
+        ran: list[int] = []
+        manual_timer.call_later(0, ran.append, 1)
+        for bad, error in ((-1, ValueError), (float("nan"), ValueError), ("x", TypeError)):
+            with pytest.raises(error):
+                await manual_timer.advance_async(bad)
+        assert manual_timer.time() == 0.0 and ran == []
+        await manual_timer.advance_async(0.001)
+        assert ran == [1]
+
+    run(main)
+
+
+def test_idle_watcher_over_half_an_hour(manual_timer: ManualTimer, run: Any) -> None:
+    # examples/echo_service.py's IdleWatcher with a 30-minute idle timeout:
+    # activity keeps it quiet, 30 minutes of silence report it, all in
+    # well under a second of real time.
+    spec = importlib.util.spec_from_file_location("echo_service_manual", EXAMPLE)
+    assert spec is not None and spec.loader is not None
+    echo_service = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(echo_service)
+
+    async def main() -> list[float]:
+        idle_at: list[float] = []
+        watcher = echo_service.IdleWatcher(
+            30 * 60, lambda: idle_at.append(manual_timer.time()), clock=manual_timer.time
+        )
+        watcher.start()
+        for _ in range(10):  # a read every 10 minutes: never idle
+            await manual_timer.advance_async(10 * 60)
+            watcher.touch()
+        assert idle_at == [] and manual_timer.pending_timeouts() == 1
+        last_touch = manual_timer.time()
+        await manual_timer.advance_async(29 * 60 + 59)
+        assert idle_at == []
+        await manual_timer.advance_async(2)
+        assert len(idle_at) == 1
+        # at the end of the tick that holds the last read + 30 minutes
+        assert idle_at == [pytest.approx(last_touch + 30 * 60 + manual_timer.tick_duration)]
+        assert manual_timer.pending_timeouts() == 0
+        watcher.stop()
+        return idle_at
+
+    started = time.monotonic()
+    run(main)
+    assert time.monotonic() - started < 10  # "well under a second", on a busy machine
+
+
+# ---- follow_loop_time(): a loop whose time() is fake ----
+
+
+class JumpLoop(asyncio.SelectorEventLoop):
+    """A loop whose time() runs ahead of the real clock by `offset`, which
+    the test moves: a stand-in for any fake-time loop."""
+
+    offset = 0.0
+
+    def time(self) -> float:
+        return super().time() + self.offset
+
+
+def run_jump(main: Callable[[JumpLoop], Awaitable[Any]]) -> Any:
+    loop = JumpLoop()
+    try:
+        return loop.run_until_complete(main(loop))
+    finally:
+        loop.close()
+
+
+def test_follow_loop_time_puts_deadlines_on_the_loop() -> None:
+    async def main(loop: JumpLoop) -> list[str]:
+        events: list[str] = []
+
+        async def scoped() -> None:
+            try:
+                async with hwtimer.timeout(100):
+                    await asyncio.sleep(10**6)
+            except TimeoutError:
+                events.append("timeout")
+
+        async def sleeper() -> None:
+            await hwtimer.sleep(50)
+            events.append("slept")
+
+        tasks = [asyncio.create_task(scoped()), asyncio.create_task(sleeper())]
+        await asyncio.sleep(0)
+        started = time.monotonic()
+        loop.offset += 60  # loop time jumps a minute: the sleep is over
+        while "slept" not in events:
+            await asyncio.sleep(0.001)
+        assert events == ["slept"]
+        loop.offset += 60  # and the scope's 100 s
+        await asyncio.gather(*tasks)
+        assert events == ["slept", "timeout"]
+        assert time.monotonic() - started < 5
+        return events
+
+    with follow_loop_time():
+        run_jump(main)
+
+
+def test_without_follow_loop_time_a_real_timer_ignores_loop_time() -> None:
+    async def main(loop: JumpLoop) -> bool:
+        fired = False
+        try:
+            async with hwtimer.timeout(100):
+                loop.offset += 200
+                await asyncio.sleep(0.05)  # loop time has passed the deadline
+        except TimeoutError:
+            fired = True
+        return fired
+
+    assert run_jump(main) is False
+
+
+def test_follow_loop_time_nests_and_leaves_manual_timers_alone() -> None:
+    from hwtimer._hwtimer import _follow_loop_time
+
+    assert _follow_loop_time(None) is False
+    with follow_loop_time():
+        with follow_loop_time():
+            assert _follow_loop_time(None) is True
+        assert _follow_loop_time(None) is True
+    assert _follow_loop_time(None) is False
+
+    async def main(loop: JumpLoop) -> str:
+        timer = ManualTimer()
+        with use_timer(timer), follow_loop_time():
+            sleeping = asyncio.create_task(hwtimer.sleep(5, "on the manual clock"))
+            await asyncio.sleep(0)
+            loop.offset += 10  # the loop's clock does not count here
+            await asyncio.sleep(0.01)
+            assert not sleeping.done()
+            await timer.advance_async(5.001)
+            result = await sleeping
+        timer.stop()
+        return result
+
+    assert run_jump(main) == "on the manual clock"
+
+
+# ---- a timer freed as its coroutine finishes ----
+
+
+@pytest.mark.parametrize("make", [ManualTimer, lambda: hwtimer.HashedWheelTimer(0.01, 8)])
+def test_a_timer_freed_as_a_coroutine_ends_keeps_its_outcome(
+    make: Callable[[], Any], run: Any
+) -> None:
+    # Closing a freed timer's loop sinks asks the loop whether it is
+    # closed: that must not clear the exception in flight (the coroutine's
+    # StopIteration, before 3.11, or what it raised).
+    async def returns() -> str:
+        timer = make()
+        timer.call_later(10, lambda: None).cancel()
+        timer.stop()
+        return "value"
+
+    async def raises() -> None:
+        timer = make()
+        timer.call_later(10, lambda: None).cancel()
+        timer.stop()
+        raise LookupError("kept")
+
+    assert run(returns) == "value"
+    with pytest.raises(LookupError, match="kept"):
+        run(raises)
