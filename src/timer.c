@@ -54,7 +54,8 @@ static void native_name(const char *name, char out[16])
     out[n] = '\0';
 }
 
-/* Sets the native name of this thread. */
+/* Best effort: a name that cannot be encoded leaves the thread as it is,
+   since ps and gdb showing a default name is no reason to fail a start. */
 static void set_native_name(PyObject *name)
 {
     const char *s = PyUnicode_AsUTF8(name);
@@ -371,9 +372,10 @@ PyObject *hwtimer_timer_stop(TimerObject *self)
 
 /* ---- construction ---- */
 
-/* Reads a non-bool int argument into *out, clamped to [lo, hi] with
- *clamped set when it was out of range.  Returns 0 or -1. */
-static int parse_int_arg(PyObject *obj, const char *what, long long *out, bool *clamped)
+/* Reads a non-bool int argument into *out, saturated to LLONG_MIN or
+   LLONG_MAX when it does not fit, so that the caller's range check refuses
+   it with the value the user gave.  Returns 0 or -1. */
+static int parse_int_arg(PyObject *obj, const char *what, long long *out)
 {
     if (PyBool_Check(obj) || !PyIndex_Check(obj)) {
         PyErr_Format(PyExc_TypeError, "%s must be an int, not %.200s", what, Py_TYPE(obj)->tp_name);
@@ -387,7 +389,6 @@ static int parse_int_arg(PyObject *obj, const char *what, long long *out, bool *
     Py_DECREF(v);
     if (x == -1 && PyErr_Occurred())
         return -1;
-    *clamped = overflow != 0;
     *out = overflow > 0 ? LLONG_MAX : overflow < 0 ? LLONG_MIN : x;
     return 0;
 }
@@ -422,8 +423,7 @@ static PyObject *timer_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
         tick = 0.001;
     }
     long long ticks = 512, max_pending = 0;
-    bool clamped = false;
-    if (ticks_o && parse_int_arg(ticks_o, "ticks_per_wheel", &ticks, &clamped) < 0)
+    if (ticks_o && parse_int_arg(ticks_o, "ticks_per_wheel", &ticks) < 0)
         return NULL;
     if (ticks <= 0 || ticks > (long long)HWT_MAX_TICKS_PER_WHEEL) {
         PyErr_Format(PyExc_ValueError, "ticks_per_wheel must be in 1..2**30, not %R", ticks_o);
@@ -435,7 +435,7 @@ static PyObject *timer_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
                         "tick_duration * ticks_per_wheel does not fit in 64-bit nanoseconds");
         return NULL;
     }
-    if (max_o && parse_int_arg(max_o, "max_pending_timeouts", &max_pending, &clamped) < 0)
+    if (max_o && parse_int_arg(max_o, "max_pending_timeouts", &max_pending) < 0)
         return NULL;
     if (name_o != Py_None) {
         if (!PyUnicode_Check(name_o)) {
