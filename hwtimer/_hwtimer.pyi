@@ -118,6 +118,9 @@ class TimeoutScope:
         /,
     ) -> Awaitable[None]: ...
     def _on_timeout(self) -> None: ...
+    # the scope is its own expiry task: calling it is _on_timeout(); the
+    # slot takes any arguments and refuses all of them with TypeError
+    def __call__(self, *args: object, **kwargs: object) -> None: ...
 
 def _setup_scopes(
     default_timer: Callable[[], HashedWheelTimer],
