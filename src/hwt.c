@@ -333,7 +333,8 @@ static inline void count(_Atomic uint64_t *counter, uint64_t n)
                           memory_order_release);
 }
 
-/* Processes one cancelled timeout taken from the cancel vector. */
+/* A timeout still waiting in the queue is not in a bucket yet: it is only
+   marked, and the transfer that would link it releases it instead. */
 static void process_cancel(hwt_timer *t, hwt_timeout *to)
 {
     if (hwt_wheel_linked(to)) {

@@ -54,7 +54,8 @@ static void native_name(const char *name, char out[16])
     out[n] = '\0';
 }
 
-/* Sets the native name of this thread. */
+/* Best effort: a name that cannot be encoded leaves the thread as it is,
+   since ps and gdb showing a default name is no reason to fail a start. */
 static void set_native_name(PyObject *name)
 {
     const char *s = PyUnicode_AsUTF8(name);
@@ -429,9 +430,10 @@ PyObject *hwtimer_timer_stop(TimerObject *self)
 
 /* ---- construction ---- */
 
-/* Reads a non-bool int argument into *out, clamped to [lo, hi] with
- *clamped set when it was out of range.  Returns 0 or -1. */
-static int parse_int_arg(PyObject *obj, const char *what, long long *out, bool *clamped)
+/* Reads a non-bool int argument into *out, saturated to LLONG_MIN or
+   LLONG_MAX when it does not fit, so that the caller's range check refuses
+   it with the value the user gave.  Returns 0 or -1. */
+static int parse_int_arg(PyObject *obj, const char *what, long long *out)
 {
     if (PyBool_Check(obj) || !PyIndex_Check(obj)) {
         PyErr_Format(PyExc_TypeError, "%s must be an int, not %.200s", what, Py_TYPE(obj)->tp_name);
@@ -445,7 +447,6 @@ static int parse_int_arg(PyObject *obj, const char *what, long long *out, bool *
     Py_DECREF(v);
     if (x == -1 && PyErr_Occurred())
         return -1;
-    *clamped = overflow != 0;
     *out = overflow > 0 ? LLONG_MAX : overflow < 0 ? LLONG_MIN : x;
     return 0;
 }
@@ -558,9 +559,7 @@ PyObject *hwtimer_timer_build(PyTypeObject *tp, const hwtimer_timer_args *a)
     if (parse_tick(st, a->tick_duration, a->default_tick, &tick) < 0)
         return NULL;
     long long ticks = a->default_ticks, max_pending = 0;
-    bool clamped = false;
-    if (a->ticks_per_wheel &&
-        parse_int_arg(a->ticks_per_wheel, "ticks_per_wheel", &ticks, &clamped) < 0)
+    if (a->ticks_per_wheel && parse_int_arg(a->ticks_per_wheel, "ticks_per_wheel", &ticks) < 0)
         return NULL;
     if (ticks <= 0 || ticks > (long long)HWT_MAX_TICKS_PER_WHEEL) {
         PyErr_Format(PyExc_ValueError, "ticks_per_wheel must be in 1..2**30, not %R",
@@ -574,7 +573,7 @@ PyObject *hwtimer_timer_build(PyTypeObject *tp, const hwtimer_timer_args *a)
         return NULL;
     }
     if (a->max_pending_timeouts &&
-        parse_int_arg(a->max_pending_timeouts, "max_pending_timeouts", &max_pending, &clamped) < 0)
+        parse_int_arg(a->max_pending_timeouts, "max_pending_timeouts", &max_pending) < 0)
         return NULL;
     if (check_name_and_executor(a->thread_name, a->executor) < 0)
         return NULL;

@@ -190,11 +190,6 @@ def test_constructor_bad_values(kwargs, exc) -> None:
     assert len(native_thread_names()) <= threads_before
 
 
-def test_constructor_too_many_positional_arguments() -> None:
-    with pytest.raises(TypeError):
-        HashedWheelTimer(0.1, 512, 0)
-
-
 @pytest.mark.parametrize(
     "exc",
     [ZeroDivisionError("float-boom"), LookupError("lookup-boom"), KeyboardInterrupt()],

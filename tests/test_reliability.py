@@ -189,18 +189,16 @@ def test_fork_while_another_thread_waits_in_stop(cpu_load: None) -> None:
     time.sleep(0.3)  # the stopper now waits for the slow task
     pid = os.fork()
     if pid == 0:
-        code = 0
         try:
             returned = timer.stop()
-            if sorted(map(id, returned)) != sorted(map(id, pending)):
-                code = 10
-            if timer.stop() != []:
-                code = 11
+            check(sorted(map(id, returned)) == sorted(map(id, pending)),
+                  "stop() in the child did not return the pending timeouts")
+            check(timer.stop() == [], "a second stop() returned timeouts")
         except BaseException:
             import traceback
             traceback.print_exc()
-            code = 12
-        os._exit(code)
+            check(False, "raised (traceback above)")
+        os._exit(child_status())
     status = wait_child(pid)
     stopper.join(10)
     assert status == 0, status

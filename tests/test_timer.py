@@ -82,8 +82,9 @@ def test_positional_and_keyword_arguments() -> None:
 
 
 def test_max_pending_thread_name_executor_are_keyword_only() -> None:
-    with pytest.raises(TypeError):
-        HashedWheelTimer(0.1, 512, 10)
+    for third in (0, 10):
+        with pytest.raises(TypeError):
+            HashedWheelTimer(0.1, 512, third)
     with pytest.raises(TypeError):
         HashedWheelTimer(0.1, 512, 10, "name")
 
