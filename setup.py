@@ -30,6 +30,7 @@ sources = [
     "src/loopsink.c",
     "src/scope.c",
     "src/manual.c",
+    "src/monitor.c",
 ]
 
 portable = os.environ.get("HWTIMER_PORTABLE", "0") not in ("", "0")

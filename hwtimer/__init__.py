@@ -21,10 +21,11 @@ __path__ = pkgutil.extend_path(__path__, __name__)
 from ._asyncio import TimeoutScope, sleep, timeout, timeout_at, wait_for  # noqa: E402
 from ._default import default_timer  # noqa: E402
 from ._hwtimer import HashedWheelTimer, RejectedExecutionError, Timeout  # noqa: E402
-from ._stats import Stats  # noqa: E402
+from ._stats import LevelStats, Stats  # noqa: E402
 
 __all__ = [
     "HashedWheelTimer",
+    "LevelStats",
     "RejectedExecutionError",
     "Stats",
     "Timeout",

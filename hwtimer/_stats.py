@@ -3,6 +3,18 @@
 from typing import TypedDict
 
 
+class LevelStats(TypedDict):
+    """One level of the wheel in ``stats()["levels"]``: level 0 is the wheel
+    the timer was made with, each level above it 64 buckets, each as wide
+    as the whole level below."""
+
+    bucket_seconds: float  # the time one bucket spans
+    buckets: int
+    occupied: int  # buckets holding at least one timeout
+    timeouts: int  # timeouts held (cancelled ones until the next tick too)
+    fullest: int  # timeouts in the fullest bucket
+
+
 class Stats(TypedDict):
     """What ``timer.stats()`` returns: counts since the timer was made,
     lateness over the last 4096 tasks, times in seconds."""
@@ -21,3 +33,6 @@ class Stats(TypedDict):
     late_max: float
     late_samples: int
     task_time_max: float
+    levels: list[LevelStats]
+    fullest_bucket: int
+    never_due: int

@@ -13,7 +13,9 @@ is an optional extra (``pip install 'hwtimer[prometheus]'``,
 ``'hwtimer[otel]'``).
 
 Every figure is one row of ``FIGURES`` (plus ``LATENESS``, the quantiles):
-a new ``stats()`` key reaches both exporters by adding a row there.
+a new ``stats()`` key reaches both exporters by adding a row there.  A row
+with a ``level_key`` reads that key of each dict in ``stats()["levels"]``
+and labels it with the level.
 """
 
 from __future__ import annotations
@@ -65,6 +67,16 @@ class Figure:
     seconds: bool
     unit: str  # OpenTelemetry's unit: "s" for seconds, "{thing}" for counts
     help: str
+    level_key: str | None = None  # per level: this key of each stats()["levels"] dict
+
+    def observations(self, stats: Stats) -> Iterator[tuple[dict[str, str], float]]:
+        """Yields (labels beyond ``timer``, value) for this figure of one
+        timer: one value, or one per level of the wheel."""
+        if self.level_key is None:
+            yield {}, stats[self.key]  # type: ignore[literal-required]
+            return
+        for level, figures in enumerate(stats["levels"]):
+            yield {"level": str(level)}, figures[self.level_key]  # type: ignore[literal-required]
 
 
 @dataclass(frozen=True)
@@ -101,6 +113,20 @@ FIGURES: tuple[Figure, ...] = (
            "The longest a task has run, since the timer was made."),
     Figure("late_samples", "task.lateness_samples", GAUGE, False, "{task}",
            "Tasks in the window the lateness quantiles are taken over (at most 4096)."),
+    Figure("fullest_bucket", "wheel.fullest_bucket", GAUGE, False, "{timeout}",
+           "Timeouts in the fullest bucket of level 0: the most that fall due in one tick"
+           " of the wheel's current turn."),
+    Figure("never_due", "timeouts.never_due", LEVEL, False, "{timeout}",
+           "Pending timeouts whose deadline is never reached (an infinite delay)."),
+    Figure("levels", "wheel.level.timeouts", LEVEL, False, "{timeout}",
+           "Timeouts held on each level of the wheel (level 0: the configured wheel).",
+           level_key="timeouts"),
+    Figure("levels", "wheel.level.occupied_buckets", LEVEL, False, "{bucket}",
+           "Buckets holding at least one timeout, on each level of the wheel.",
+           level_key="occupied"),
+    Figure("levels", "wheel.level.fullest_bucket", GAUGE, False, "{timeout}",
+           "Timeouts in the fullest bucket of each level of the wheel.",
+           level_key="fullest"),
 )  # fmt: skip
 
 LATENESS = Quantiles(
@@ -161,41 +187,44 @@ class PrometheusCollector:
         self._timers = _Timers(timers)
         self._core = _import("prometheus_client.core", "prometheus")
 
-    def _families(self) -> tuple[list[Any], list[tuple[Any, str | None, str]]]:
-        """Empty metric families, and for each: its family, the quantile
-        (or None) and the stats key it is filled from."""
+    def _families(
+        self,
+    ) -> tuple[list[Any], list[tuple[Any, Figure]], list[tuple[Any, str, str]]]:
+        """Empty metric families; the families filled from figures; and
+        the summary's, each with its quantile and stats key."""
         core = self._core
         families: list[Any] = []
-        fills: list[tuple[Any, str | None, str]] = []
+        figures: list[tuple[Any, Figure]] = []
         for fig in FIGURES:
             name = _prometheus_name(fig.name, fig.seconds)
             cls = core.CounterMetricFamily if fig.kind == COUNTER else core.GaugeMetricFamily
-            family = cls(name, fig.help, labels=["timer"], unit="seconds" if fig.seconds else "")
+            labels = ["timer"] if fig.level_key is None else ["timer", "level"]
+            family = cls(name, fig.help, labels=labels, unit="seconds" if fig.seconds else "")
             families.append(family)
-            fills.append((family, None, fig.key))
+            figures.append((family, fig))
         summary = core.Metric(
             _prometheus_name(LATENESS.name, True), LATENESS.help, "summary", unit="seconds"
         )
         families.append(summary)
-        fills.extend((summary, q, key) for q, key in LATENESS.keys)
-        return families, fills
+        quantiles = [(summary, q, key) for q, key in LATENESS.keys]
+        return families, figures, quantiles
 
     def describe(self) -> list[Any]:
         """The metric families without samples, for the registry's checks."""
         return self._families()[0]
 
     def collect(self) -> list[Any]:
-        families, fills = self._families()
+        families, figures, quantiles = self._families()
         for label, stats in self._timers.stats():
-            for family, quantile, key in fills:
-                if quantile is None:
-                    family.add_metric([label], stats[key])  # type: ignore[literal-required]
-                else:
-                    family.add_sample(
-                        family.name,
-                        {"timer": label, "quantile": quantile},
-                        stats[key],  # type: ignore[literal-required]
-                    )
+            for family, fig in figures:
+                for labels, value in fig.observations(stats):
+                    family.add_metric([label, *labels.values()], value)
+            for family, quantile, key in quantiles:
+                family.add_sample(
+                    family.name,
+                    {"timer": label, "quantile": quantile},
+                    stats[key],  # type: ignore[literal-required]
+                )
         return families
 
 
@@ -222,17 +251,23 @@ def register_otel(meter: Any, *timers: HashedWheelTimer) -> list[Any]:
     otel = _import("opentelemetry.metrics", "otel")
     timer_set = _Timers(timers)
 
-    def observe(pairs: tuple[tuple[str, dict[str, str]], ...]) -> Any:
-        # One callback per instrument: each (key, extra attributes) pair is
-        # one observation per timer.
+    def observe(fig: Figure) -> Any:
+        # One callback per instrument: one observation per timer (and level).
         def callback(_options: Any) -> list[Any]:
             return [
-                otel.Observation(stats[key], {"timer": label, **attributes})  # type: ignore[literal-required]
+                otel.Observation(value, {"timer": label, **attributes})
                 for label, stats in timer_set.stats()
-                for key, attributes in pairs
+                for attributes, value in fig.observations(stats)
             ]
 
         return callback
+
+    def observe_lateness(_options: Any) -> list[Any]:
+        return [
+            otel.Observation(stats[key], {"timer": label, "quantile": q})  # type: ignore[literal-required]
+            for label, stats in timer_set.stats()
+            for q, key in LATENESS.keys
+        ]
 
     create = {
         COUNTER: meter.create_observable_counter,
@@ -242,17 +277,16 @@ def register_otel(meter: Any, *timers: HashedWheelTimer) -> list[Any]:
     instruments = [
         create[fig.kind](
             "hwtimer." + fig.name,
-            callbacks=[observe(((fig.key, {}),))],
+            callbacks=[observe(fig)],
             unit=fig.unit,
             description=fig.help,
         )
         for fig in FIGURES
     ]
-    lateness = tuple((key, {"quantile": q}) for q, key in LATENESS.keys)
     instruments.append(
         meter.create_observable_gauge(
             "hwtimer." + LATENESS.name,
-            callbacks=[observe(lateness)],
+            callbacks=[observe_lateness],
             unit="s",
             description=LATENESS.help,
         )

@@ -253,6 +253,13 @@ PyObject *hwtimer_running_loop(hwtimer_state *st);
 /* Starts the worker and dispatch thread if needed.  Returns 0 or -1. */
 int hwtimer_timer_start(TimerObject *timer);
 
+/* monitor.c */
+/* stats(): returns a new dict of counts, lateness and the wheel's spread. */
+PyObject *hwtimer_timer_stats(TimerObject *self, PyObject *unused);
+/* Returns a new list of the `limit` soonest pending timeouts, in deadline
+   order, or NULL with MemoryError. */
+PyObject *hwtimer_pending_snapshot(TimerObject *timer, size_t limit);
+
 /* scope.c */
 /* An awaitable already done with `value`. */
 typedef struct {

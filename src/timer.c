@@ -925,44 +925,24 @@ static PyObject *timer_pending_timeouts(TimerObject *self, PyObject *unused)
     return PyLong_FromLongLong(hwt_timer_pending(self->core));
 }
 
-static int set_item(PyObject *d, const char *key, PyObject *value)
+/* pending_snapshot(limit=100): the argument here, the walk in monitor.c. */
+static PyObject *timer_pending_snapshot(TimerObject *self, PyObject *args, PyObject *kwds)
 {
-    if (!value)
-        return -1;
-    int r = PyDict_SetItemString(d, key, value);
-    Py_DECREF(value);
-    return r;
-}
-
-static PyObject *timer_stats(TimerObject *self, PyObject *unused)
-{
-    (void)unused;
-    hwt_stats s;
-    hwt_latency lat;
-    hwt_timer_stats(self->core, &s);
-    hwt_timer_latency(self->core, &lat);
-    PyObject *d = PyDict_New();
-    if (!d)
+    static char *kwlist[] = {"limit", NULL};
+    PyObject *limit_o = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|O:pending_snapshot", kwlist, &limit_o))
         return NULL;
-    if (set_item(d, "pending", PyLong_FromLongLong(s.pending)) < 0 ||
-        set_item(d, "scheduled", PyLong_FromUnsignedLongLong(s.scheduled)) < 0 ||
-        set_item(d, "expired", PyLong_FromUnsignedLongLong(s.expired)) < 0 ||
-        set_item(d, "cancelled", PyLong_FromUnsignedLongLong(s.cancelled)) < 0 ||
-        set_item(d, "rejected", PyLong_FromUnsignedLongLong(s.rejected)) < 0 ||
-        set_item(d, "task_errors", PyLong_FromUnsignedLongLong(self->task_errors)) < 0 ||
-        set_item(d, "ticks", PyLong_FromUnsignedLongLong(s.ticks)) < 0 ||
-        set_item(d, "wakeups", PyLong_FromUnsignedLongLong(s.wakeups)) < 0 ||
-        set_item(d, "max_expired_per_tick", PyLong_FromUnsignedLongLong(s.max_expired_per_tick)) <
-            0 ||
-        set_item(d, "late_p50", PyFloat_FromDouble((double)lat.late_p50 / 1e9)) < 0 ||
-        set_item(d, "late_p99", PyFloat_FromDouble((double)lat.late_p99 / 1e9)) < 0 ||
-        set_item(d, "late_max", PyFloat_FromDouble((double)lat.late_max / 1e9)) < 0 ||
-        set_item(d, "late_samples", PyLong_FromSize_t(lat.samples)) < 0 ||
-        set_item(d, "task_time_max", PyFloat_FromDouble((double)lat.task_time_max / 1e9)) < 0) {
-        Py_DECREF(d);
+    long long limit = 100;
+    if (limit_o && parse_int_arg(limit_o, "limit", &limit) < 0)
+        return NULL;
+    if (limit < 0) {
+        PyErr_Format(PyExc_ValueError, "limit must be >= 0, not %R", limit_o);
         return NULL;
     }
-    return d;
+    /* a limit past what memory can hold is no limit: the walk stops at the
+       pending count */
+    return hwtimer_pending_snapshot(self, (unsigned long long)limit > SIZE_MAX ? SIZE_MAX
+                                                                               : (size_t)limit);
 }
 
 static PyObject *timer_enter(TimerObject *self, PyObject *unused)
@@ -1110,8 +1090,13 @@ static PyMethodDef timer_methods[] = {
      "asyncio event loop."},
     {"pending_timeouts", (PyCFunction)timer_pending_timeouts, METH_NOARGS,
      "pending_timeouts($self, /)\n--\n\nTimeouts neither expired nor cancelled."},
-    {"stats", (PyCFunction)timer_stats, METH_NOARGS,
-     "stats($self, /)\n--\n\nCounters and lateness."},
+    {"stats", (PyCFunction)hwtimer_timer_stats, METH_NOARGS,
+     "stats($self, /)\n--\n\nCounters, lateness, and how pending timeouts spread over the "
+     "wheel."},
+    {"pending_snapshot", (PyCFunction)(void (*)(void))timer_pending_snapshot,
+     METH_VARARGS | METH_KEYWORDS,
+     "pending_snapshot($self, /, limit=100)\n--\n\nThe limit soonest pending timeouts, in "
+     "deadline order."},
     {"__enter__", (PyCFunction)timer_enter, METH_NOARGS, "__enter__($self, /)\n--\n\n"},
     {"__exit__", (PyCFunction)timer_exit, METH_VARARGS,
      "__exit__($self, exc_type, exc, tb, /)\n--\n\nStops the timer."},

@@ -38,6 +38,14 @@ GAUGES = {
     "hwtimer_max_expired_per_tick": "max_expired_per_tick",
     "hwtimer_task_time_max_seconds": "task_time_max",
     "hwtimer_task_lateness_samples": "late_samples",
+    "hwtimer_wheel_fullest_bucket": "fullest_bucket",
+    "hwtimer_timeouts_never_due": "never_due",
+}
+# one sample per level of the wheel, labelled `level`: name -> levels key
+PER_LEVEL = {
+    "hwtimer_wheel_level_timeouts": "timeouts",
+    "hwtimer_wheel_level_occupied_buckets": "occupied",
+    "hwtimer_wheel_level_fullest_bucket": "fullest",
 }
 QUANTILES = {"0.5": "late_p50", "0.99": "late_p99", "1": "late_max"}
 # OpenTelemetry: name -> (stats key, kind, unit)
@@ -53,6 +61,13 @@ OTEL = {
     "hwtimer.max_expired_per_tick": ("max_expired_per_tick", "gauge", "{timeout}"),
     "hwtimer.task.time_max": ("task_time_max", "gauge", "s"),
     "hwtimer.task.lateness_samples": ("late_samples", "gauge", "{task}"),
+    "hwtimer.wheel.fullest_bucket": ("fullest_bucket", "gauge", "{timeout}"),
+    "hwtimer.timeouts.never_due": ("never_due", "up-down", "{timeout}"),
+}
+OTEL_PER_LEVEL = {
+    "hwtimer.wheel.level.timeouts": ("timeouts", "up-down", "{timeout}"),
+    "hwtimer.wheel.level.occupied_buckets": ("occupied", "up-down", "{bucket}"),
+    "hwtimer.wheel.level.fullest_bucket": ("fullest", "gauge", "{timeout}"),
 }
 
 
@@ -123,11 +138,32 @@ def snapshot(timers: list[hwtimer.HashedWheelTimer]) -> dict[str, dict]:
     return {timer.thread_name: dict(timer.stats()) for timer in timers}
 
 
+def levels_of(stats: dict) -> dict[tuple[str, str], float]:
+    """stats()["levels"] as (metric, level) -> value."""
+    return {
+        (name, str(level)): figures[key]
+        for name, key in PER_LEVEL.items()
+        for level, figures in enumerate(stats["levels"])
+    }
+
+
+def per_level(families: dict, timer: str) -> dict[tuple[str, str], float]:
+    """The per-level gauges of `timer` in a parsed exposition, the same way."""
+    got = {}
+    for name in PER_LEVEL:
+        assert families[name].type == "gauge"
+        for s in families[name].samples:
+            if s.labels["timer"] == timer:
+                assert set(s.labels) == {"timer", "level"}
+                got[name, s.labels["level"]] = s.value
+    return got
+
+
 def check_exposition(text: str, timers: list[hwtimer.HashedWheelTimer], before: dict) -> None:
     """`text`, parsed as Prometheus reads it, holds each timer's stats() as
     read between `before` (a snapshot()) and now."""
     families = by_name(text)
-    assert set(families) == {*COUNTERS, *GAUGES, "hwtimer_task_lateness_seconds"}
+    assert set(families) == {*COUNTERS, *GAUGES, *PER_LEVEL, "hwtimer_task_lateness_seconds"}
     for timer in timers:
         stats = timer.stats()
         earlier = before[timer.thread_name]
@@ -144,6 +180,7 @@ def check_exposition(text: str, timers: list[hwtimer.HashedWheelTimer], before: 
             samples = [s for s in family.samples if s.labels == label]
             assert {s.name for s in samples} == {name}
             assert read_between([s.value for s in samples], earlier, stats, key), (name, samples)
+        assert per_level(families, timer.thread_name) == levels_of(stats)
         summary = families["hwtimer_task_lateness_seconds"]
         assert summary.type == "summary"
         quantiles = {
@@ -270,9 +307,15 @@ def test_bad_timers_change_nothing(make_timer, registry):
 def test_every_stats_key_is_exported(timer):
     """FIGURES and LATENESS are the one place figures are defined: a key
     added to stats() (and to its TypedDict) must be given a row there."""
-    exported = [f.key for f in metrics.FIGURES] + [k for _, k in metrics.LATENESS.keys]
-    assert len(exported) == len(set(exported))
+    rows = [(f.key, f.level_key) for f in metrics.FIGURES]
+    exported = [key for key, _ in rows] + [k for _, k in metrics.LATENESS.keys]
+    assert len(rows) == len(set(rows))
     assert set(exported) == set(hwtimer.Stats.__annotations__) == set(timer.stats())
+    per_level = {level_key for key, level_key in rows if key == "levels"}
+    assert per_level == set(hwtimer.LevelStats.__annotations__) - {"bucket_seconds", "buckets"}
+    assert all(
+        set(level) == set(hwtimer.LevelStats.__annotations__) for level in timer.stats()["levels"]
+    )
 
 
 def test_missing_library_names_the_extra(monkeypatch, timer):
@@ -328,7 +371,7 @@ def test_otel_instruments(two_timers, otel_reader):
     assert len(instruments) == len(metrics.FIGURES) + 1
     before = snapshot(two_timers)
     got = otel_metrics(reader)
-    assert set(got) == {*OTEL, "hwtimer.task.lateness"}
+    assert set(got) == {*OTEL, *OTEL_PER_LEVEL, "hwtimer.task.lateness"}
     for timer in two_timers:
         stats = timer.stats()
         for name, (key, kind, unit) in OTEL.items():
@@ -341,6 +384,16 @@ def test_otel_instruments(two_timers, otel_reader):
             points = [p for p in m.data.data_points if p.attributes == {"timer": timer.thread_name}]
             earlier = before[timer.thread_name]
             assert read_between([p.value for p in points], earlier, stats, key), (name, points)
+        for name, (key, kind, unit) in OTEL_PER_LEVEL.items():
+            m = got[name]
+            assert m.unit == unit and m.description
+            assert isinstance(m.data, Gauge if kind == "gauge" else Sum)
+            points = {
+                p.attributes["level"]: p.value
+                for p in m.data.data_points
+                if p.attributes["timer"] == timer.thread_name
+            }
+            assert points == {str(i): lv[key] for i, lv in enumerate(stats["levels"])}
         lateness = got["hwtimer.task.lateness"]
         assert isinstance(lateness.data, Gauge) and lateness.unit == "s"
         quantiles = {
@@ -406,3 +459,39 @@ def test_readme_example_runs(index, tmp_path):
         assert by_name(proc.stdout)["hwtimer_timeouts_expired"].samples[0].value > 0
     else:
         assert '"name": "hwtimer.timeouts.expired"' in proc.stdout
+
+
+def test_spread_of_a_known_layout(make_timer, registry, otel_reader):
+    """Timeouts held where the wheel puts them show up per level in both
+    exporters: 3 due in one tick and 2 in another on level 0 (64 ticks of
+    0.05 s), 4 a minute or so ahead on upper levels, 1 never due."""
+    timer = make_timer(0.05, 64, thread_name="layout")
+    task = lambda _t: None  # noqa: E731
+    held = [timer.new_timeout(task, 2.0) for _ in range(3)]
+    held += [timer.new_timeout(task, 2.5) for _ in range(2)]
+    held += [timer.new_timeout(task, d) for d in (60.0, 61.0, 3600.0, 7200.0)]
+    held.append(timer.new_timeout(task, float("inf")))
+
+    def in_wheel() -> bool:
+        stats = timer.stats()
+        return sum(lv["timeouts"] for lv in stats["levels"]) + stats["never_due"] == 10
+
+    assert wait_for(in_wheel)
+    stats = timer.stats()
+    if stats["levels"][0]["timeouts"] != 5:
+        pytest.skip("the wheel's turn ended between the schedules (a slow machine)")
+    assert stats["fullest_bucket"] == 3 and stats["levels"][0]["occupied"] == 2
+    assert stats["never_due"] == 1
+    assert sum(lv["timeouts"] for lv in stats["levels"][1:]) == 4
+    metrics.register_prometheus(timer, registry=registry)
+    families = by_name(prometheus_client.generate_latest(registry).decode())
+    assert per_level(families, "layout") == levels_of(stats)
+    assert families["hwtimer_wheel_fullest_bucket"].samples[0].value == 3
+    meter, reader = otel_reader
+    metrics.register_otel(meter, timer)
+    got = otel_metrics(reader)
+    points = {
+        p.attributes["level"]: p.value for p in got["hwtimer.wheel.level.timeouts"].data.data_points
+    }
+    assert points == {str(i): lv["timeouts"] for i, lv in enumerate(stats["levels"])}
+    assert all(t.cancel() for t in held)
