@@ -2,8 +2,10 @@
 
 Schedules a few hundred thousand request-style timeouts, cancels most of
 them (as a service does when requests answer in time), lets the rest fire,
-and prints the counts, how late the tasks ran against the tick, and what a
-schedule+cancel costs next to asyncio's call_later+cancel, measured here.
+and prints the counts, how late the tasks ran against the tick, what was
+pending once they were scheduled (the soonest timeouts and how they spread
+over the wheel), and what a schedule+cancel costs next to asyncio's
+call_later+cancel, measured here.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ import sys
 import threading
 import time
 
-from ._hwtimer import HashedWheelTimer, _backend
+from ._hwtimer import HashedWheelTimer, Timeout, _backend
+from ._stats import Stats
 
 
 def _pair_cost_hwtimer(timer: HashedWheelTimer, n: int) -> float:
@@ -48,6 +51,17 @@ def _pair_cost_asyncio(n: int) -> float:
         return (time.perf_counter_ns() - start) / n
     finally:
         loop.close()
+
+
+def _spread(stats: Stats) -> str:
+    """The wheel's spread in one line: its levels that hold timeouts."""
+    levels = [
+        f"level {i} ({lv['bucket_seconds']:g} s buckets): {lv['timeouts']:,} timeouts"
+        f" in {lv['occupied']:,} of {lv['buckets']:,} buckets, fullest {lv['fullest']:,}"
+        for i, lv in enumerate(stats["levels"])
+        if lv["timeouts"]
+    ]
+    return "; ".join(levels) or "the wheel is empty"
 
 
 def _percentile(sorted_values: list[float], q: float) -> float:
@@ -85,6 +99,12 @@ def main(argv: list[str] | None = None) -> int:
             if i not in fire:
                 t.cancel()
         scheduled_in = time.perf_counter() - start
+        # What an operator would see now: the soonest, and where they wait.
+        snap_start = time.perf_counter_ns()
+        soonest: list[Timeout] = timer.pending_snapshot(5)
+        snap_ns = time.perf_counter_ns() - snap_start
+        then = time.monotonic()
+        pending_stats = timer.stats()
         if n_fire:
             done.wait(30)
         else:
@@ -112,6 +132,16 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"most timeouts expired in one tick: {stats['max_expired_per_tick']:,}; "
         f"worker wake-ups: {stats['wakeups']:,}"
+    )
+    print(
+        f"pending once scheduled: {pending_stats['pending']:,}; the soonest "
+        f"{len(soonest)} due in "
+        + (", ".join(f"{t.deadline - then:.3f}" for t in soonest) or "-")
+        + f" s (pending_snapshot took {snap_ns / 1e3:.0f} us)"
+    )
+    print(
+        f"fullest bucket then: {pending_stats['fullest_bucket']:,} timeouts due in one tick; "
+        + _spread(pending_stats)
     )
     print(
         f"schedule+cancel: hwtimer {ns_hw:.0f} ns, asyncio call_later+cancel {ns_aio:.0f} ns "

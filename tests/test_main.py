@@ -35,6 +35,18 @@ def test_main_reports_counts_lateness_and_cost() -> None:
     assert "fired 2,000" in out and "pending 0" in out
     assert re.search(r"cancelled 18,000\b", out)
     assert re.search(r"early 0\b", out)  # never before the deadline
+    # the snapshot and spread, taken while the 2,000 left to fire waited
+    # (and the 18,000 cancels, counted at the next tick, may not be yet)
+    soonest = re.search(
+        r"pending once scheduled: ([\d,]+); the soonest (\d) due in ([-\d., ]+) s", out
+    )
+    assert soonest, out
+    assert 0 < int(soonest.group(1).replace(",", "")) <= 20000 and soonest.group(2) == "5"
+    due = [float(x) for x in soonest.group(3).split(", ")]
+    assert due == sorted(due) and all(d <= 1.0 for d in due)
+    spread = re.search(r"fullest bucket then: ([\d,]+) timeouts due in one tick; level 0 ", out)
+    assert spread and int(spread.group(1).replace(",", "")) >= 1, out
+    assert re.search(r"level 0 \(0\.01 s buckets\): [\d,]+ timeouts in [\d,]+ of 512 buckets", out)
     cost = re.search(r"hwtimer (\d+) ns, asyncio call_later\+cancel (\d+) ns", out)
     assert cost and int(cost.group(1)) > 0 and int(cost.group(2)) > 0
 
