@@ -132,3 +132,15 @@ def test_a_module_with_only_main_joins_the_run(tmp_path) -> None:
     assert "extra figure: 42" in proc.stdout
     with open(out / "results.json") as f:
         assert json.load(f)["results"] == {"extra_bench": {"output": "extra figure: 42\n"}}
+
+
+def test_snapshot_benchmark_runs() -> None:
+    proc = bench(os.path.join(BENCHMARKS, "snapshot.py"), "--quick", timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "10,000 pending (10,000 in the wheel)" in out
+    for limit in (10, 100, 1000):
+        assert re.search(rf"pending_snapshot\({limit}\): median [\d,]+ us, max [\d,]+ us", out)
+    assert re.search(r"stats\(\): median [\d,]+ us", out)
+    for what in ("idle", "busy Python loop", "snapshots back to back"):
+        assert re.search(rf"  {what}: schedule [\d.]+ ms, cancel [\d.]+ ms \([\d,]+ pairs\)", out)
