@@ -441,9 +441,10 @@ def test_readme_has_both_examples():
     examples = monitoring_examples()
     assert any("register_prometheus" in e for e in examples)
     assert any("register_otel" in e for e in examples)
+    assert "pending_snapshot" in examples[2]
 
 
-@pytest.mark.parametrize("index", [0, 1])
+@pytest.mark.parametrize("index", [0, 1, 2])
 def test_readme_example_runs(index, tmp_path):
     code = monitoring_examples()[index]
     proc = subprocess.run(
@@ -457,6 +458,15 @@ def test_readme_example_runs(index, tmp_path):
     assert "hwtimer" in proc.stdout
     if "register_prometheus" in code:
         assert by_name(proc.stdout)["hwtimer_timeouts_expired"].samples[0].value > 0
+    elif "pending_snapshot" in code:
+        lines = proc.stdout.splitlines()
+        assert [re.sub(r"[\d.]+ s later", "_", line) for line in lines[:3]] == [
+            "Timeout(deadline: _, task: <class 'str'>)"
+        ] * 3
+        assert "hwtimer fullest bucket: 2" in lines[3]
+        # 1 s (twice) and 5 s on level 0, 10, 30 and 60 s on level 1
+        assert lines[4].startswith("0 {'bucket_seconds': 0.01, 'buckets': 512, 'occupied': 2,")
+        assert "'timeouts': 3" in lines[5]
     else:
         assert '"name": "hwtimer.timeouts.expired"' in proc.stdout
 
