@@ -228,3 +228,31 @@ def test_snapshots_while_threads_schedule_and_cancel(make_timer) -> None:
     assert wait_for(lambda: fired[0] == total)  # exactly once, none lost
     assert timer.stats()["expired"] == total
     assert timer.pending_snapshot() == []
+
+
+def test_on_a_manual_timer() -> None:
+    """The same on hwtimer.testing.ManualTimer, where the clock and so the
+    layout are exact: order, reset, expiry by advance(), and the spread."""
+    testing = pytest.importorskip("hwtimer.testing")
+    timer = testing.ManualTimer(0.001, 64)  # level 0 spans 64 ms
+    try:
+        a = timer.new_timeout(noop, 5.0)
+        b = timer.new_timeout(noop, 0.01)
+        c = timer.new_timeout(noop, 3600.0)
+        d = timer.new_timeout(noop, 0.01)
+        assert timer.pending_snapshot() == [b, d, a, c]
+        assert timer.advance(0.0) == 0  # moves them into the wheel
+        s = timer.stats()
+        assert s["fullest_bucket"] == 2 and s["levels"][0]["occupied"] == 1
+        assert [lv["timeouts"] for lv in s["levels"]][:1] == [2]
+        assert sum(lv["timeouts"] for lv in s["levels"][1:]) == 2
+        assert timer.advance(0.02) == 2
+        assert timer.pending_snapshot() == [a, c]
+        assert c.reset(1.0)
+        assert timer.pending_snapshot() == [c, a]
+        assert timer.pending_snapshot(1) == [c]
+        with pytest.raises(ValueError, match="limit"):
+            timer.pending_snapshot(-1)
+    finally:
+        assert timer.stop() != []
+    assert timer.pending_snapshot() == []
