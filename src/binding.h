@@ -21,6 +21,7 @@ typedef struct {
     PyTypeObject *timer_type;        /* owned */
     PyTypeObject *timeout_type;      /* owned */
     PyTypeObject *loop_timeout_type; /* owned */
+    PyTypeObject *periodic_type;     /* owned: new_periodic()'s Timeout */
     PyTypeObject *dispatch_type;     /* owned */
     PyTypeObject *loop_sink_type;    /* owned */
     PyObject *rejected_error;        /* owned: RejectedExecutionError */
@@ -88,8 +89,9 @@ struct TimerObject {
     unsigned long advancing;      /* the thread holding it, or 0 (GIL) */
 };
 
-/* A Timeout: 88 bytes with CPython's GC header, the C node included.  It
-   holds one reference to its timer, reached as node.sink->owner.  While
+/* A Timeout: 80 bytes with CPython's GC header, the C node included (a
+   pymalloc size class: one more byte would cost 16).  It holds one
+   reference to its timer, reached as node.sink->owner.  While
    pending it is not tracked by the cyclic GC: the wheel owns a reference to
    it, so it cannot be garbage, and a million of them cost a collection
    nothing.  It is tracked once the wheel gives it back. */
@@ -99,13 +101,24 @@ struct TimeoutObject {
     PyObject *task; /* owned */
 };
 
+/* A periodic Timeout from new_periodic(): the period lives here, not in
+   the node, which it would push past 80 bytes for every one-shot. */
+typedef struct {
+    TimeoutObject base;
+    int64_t period; /* ns between runs, > 0 */
+} PeriodicTimeoutObject;
+
 typedef struct LoopSinkObject LoopSinkObject;
 
 /* A Timeout from call_later: callback(*args) runs in `context` on the loop
    of `sink`. */
 typedef struct LoopTimeoutObject LoopTimeoutObject;
 struct LoopTimeoutObject {
-    TimeoutObject base;   /* base.task is the callback */
+    TimeoutObject base; /* base.task is the callback */
+    /* call_every(): ns between runs; 0 for call_later().  Right after
+       `base`, as in PeriodicTimeoutObject, so hwtimer_timeout_period()
+       reads both alike. */
+    int64_t period;
     PyObject *args;       /* owned tuple */
     PyObject *context;    /* owned contextvars.Context */
     LoopSinkObject *sink; /* owned */
@@ -148,8 +161,18 @@ typedef struct DispatchObject {
     struct DispatchObject *waits_for;
 } DispatchObject;
 
-#define TIMEOUT_OF(n) ((TimeoutObject *)((char *)(n)-offsetof(TimeoutObject, node)))
+#define TIMEOUT_OF(n) ((TimeoutObject *)((char *)(n) - offsetof(TimeoutObject, node)))
 #define TIMER_OF(to)  ((TimerObject *)(to)->node.sink->owner)
+
+_Static_assert(offsetof(LoopTimeoutObject, period) == offsetof(PeriodicTimeoutObject, period),
+               "a periodic timeout's period is at one offset in both of its types");
+
+/* The period (ns) of a timeout its core node says is periodic
+   (hwt_timeout_periodic): a new_periodic() or call_every() one. */
+static inline int64_t hwtimer_timeout_period(TimeoutObject *to)
+{
+    return ((PeriodicTimeoutObject *)to)->period;
+}
 
 /* The timer whose task runs on this thread now, for stop()'s check. */
 extern _Thread_local TimerObject *hwtimer_current_task_timer;
@@ -183,12 +206,14 @@ double hwtimer_seconds(int64_t ns);
 PyObject *hwtimer_new_refused(PyTypeObject *tp, PyObject *args, PyObject *kwargs);
 extern PyType_Spec hwtimer_timeout_spec;
 extern PyType_Spec hwtimer_loop_timeout_spec;
+extern PyType_Spec hwtimer_periodic_spec;
 /* Returns a new, unscheduled timeout of type `tp` delivered to `sink`,
    holding `task` and a reference to `timer`; a subtype's own fields are
    zeroed for the caller to fill before it schedules.  NULL on failure. */
 PyObject *hwtimer_timeout_new(TimerObject *timer, PyTypeObject *tp, hwt_sink *sink, PyObject *task);
 /* Schedules `obj` from hwtimer_timeout_new, giving the wheel a reference;
-   periodic when period_ns > 0 (missed: HWT_MISSED_*).  Returns 0, or -1
+   periodic when period_ns > 0 (missed: HWT_MISSED_*), which `obj` (of the
+   periodic type, or a loop timeout) then keeps.  Returns 0, or -1
    with RejectedExecutionError or RuntimeError; the caller keeps its own
    reference either way. */
 int hwtimer_timeout_submit(TimerObject *timer, PyObject *obj, int64_t delay_ns, int64_t period_ns,

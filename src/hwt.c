@@ -53,7 +53,8 @@ enum { CANCEL_WAKE_NONE = 0, CANCEL_WAKE_AT_BATCH = 1, CANCEL_WAKE_AT_FIRST = 2 
    costs it a wake-up a second rather than two per timeout. */
 #define LINGER_NS INT64_C(1000000000)
 
-/* timeout->flags: the low bits; the wheel keeps the top (HWT_WHEEL_FLAGS_MASK) */
+/* timeout->flags: bits 0-5 (HWT_PERIODIC, bit 1, in hwt.h); the wheel keeps
+   the rest (HWT_WHEEL_FLAGS_MASK, HWT_WHEEL_INDEX_MASK) */
 #define CANCEL_SEEN  1u /* the worker's: its cancel was processed before it left the queue */
 #define MISSED_SHIFT 4  /* a periodic's HWT_MISSED_* policy, set at schedule */
 #define MISSED_MASK  0x30u
@@ -306,7 +307,7 @@ static void publish_batches(hwt_timer *t)
         /* a closed sink's consumer is gone: they are released instead */
         for (hwt_timeout *to = publish_batch(s), *n; to; to = n) {
             n = hwt_timeout_of(to->link.next);
-            if (to->period)
+            if (hwt_timeout_periodic(to))
                 hwt_timeout_finish(to, HWT_CANCELLED); /* it will not run again */
             deliver(t, to, &t->released);
         }
@@ -441,7 +442,7 @@ static void transfer(hwt_timer *t, size_t limit)
 static void deliver_expired(void *ctx, hwt_timeout *to)
 {
     hwt_timer *t = ctx;
-    t->expiring_once += !to->period;
+    t->expiring_once += !hwt_timeout_periodic(to);
     deliver(t, to, to->sink ? to->sink : &t->dflt);
     if (++t->expiring % EXPIRE_SLICE == 0)
         publish_batches(t); /* let consumers start on a large bucket */
@@ -774,18 +775,12 @@ static bool push_new(hwt_timer *t, hwt_timeout *to)
     return true;
 }
 
-int hwt_timer_schedule(hwt_timer *t, hwt_timeout *to, int64_t delay_ns)
-{
-    return hwt_timer_schedule_periodic(t, to, delay_ns, 0, HWT_MISSED_SKIP);
-}
-
-int hwt_timer_schedule_periodic(hwt_timer *t, hwt_timeout *to, int64_t delay_ns, int64_t period_ns,
-                                int missed)
+/* Schedules `to` with `flags` (0, or HWT_PERIODIC and its policy). */
+static int schedule(hwt_timer *t, hwt_timeout *to, int64_t delay_ns, uint32_t flags)
 {
     int64_t deadline = deadline_after(now_rel(t), delay_ns);
     atomic_store_explicit(&to->deadline, deadline, memory_order_relaxed);
-    to->period = period_ns > 0 ? period_ns : 0;
-    to->flags = to->period ? ((uint32_t)missed << MISSED_SHIFT) & MISSED_MASK : 0;
+    to->flags = flags;
     to->link.prev = NULL;
     /* release: a cancel or reset that sees INIT sees the fields above */
     atomic_store_explicit(&to->state, HWT_INIT, memory_order_release);
@@ -805,6 +800,17 @@ int hwt_timer_schedule_periodic(hwt_timer *t, hwt_timeout *to, int64_t delay_ns,
         scheduled == atomic_load_explicit(&t->transfer_wake_at, memory_order_relaxed))
         wake_worker(t);
     return HWT_OK;
+}
+
+int hwt_timer_schedule(hwt_timer *t, hwt_timeout *to, int64_t delay_ns)
+{
+    return schedule(t, to, delay_ns, 0);
+}
+
+int hwt_timer_schedule_periodic(hwt_timer *t, hwt_timeout *to, int64_t delay_ns, int missed)
+{
+    return schedule(t, to, delay_ns,
+                    HWT_PERIODIC | (((uint32_t)missed << MISSED_SHIFT) & MISSED_MASK));
 }
 
 /* Makes room for one more entry in the cancel vector (none needed once
@@ -982,7 +988,7 @@ static void count_out(hwt_timer *t, uint32_t final)
     atomic_fetch_add(final == HWT_EXPIRED ? &t->expired_out : &t->cancelled_out, 1);
 }
 
-int hwt_timeout_rearm(hwt_timeout *to, int64_t start, int64_t end)
+int hwt_timeout_rearm(hwt_timeout *to, int64_t period_ns, int64_t start, int64_t end)
 {
     hwt_timer *t = to->sink->timer;
     start -= t->start_time;
@@ -999,8 +1005,8 @@ int hwt_timeout_rearm(hwt_timeout *to, int64_t start, int64_t end)
     } else if (s == HWT_RUNNING) {
         bool again;
         int missed = (int)((to->flags & MISSED_MASK) >> MISSED_SHIFT);
-        set_deadline(to, hwt_periodic_next(hwt_timeout_deadline(to), to->period, missed, start, end,
-                                           &again));
+        set_deadline(
+            to, hwt_periodic_next(hwt_timeout_deadline(to), period_ns, missed, start, end, &again));
         r = again ? HWT_EAGAIN : HWT_OK;
     } /* RUNNING_RESET: the reset set the next deadline */
     if (r == HWT_OK) {
@@ -1319,7 +1325,7 @@ hwt_timeout *hwt_sink_close(hwt_sink *s)
     pthread_mutex_unlock(&s->lock);
     /* periodic ones delivered here will not run again: they end now */
     for (hwt_timeout *to = list; to; to = hwt_timeout_of(to->link.next)) {
-        if (to->period)
+        if (hwt_timeout_periodic(to))
             hwt_timeout_finish(to, HWT_CANCELLED);
     }
     return list;

@@ -69,7 +69,10 @@ enum {
 /* What a periodic timeout does with runs it missed (its `flags`). */
 enum { HWT_MISSED_SKIP = 0, HWT_MISSED_DELAY = 1, HWT_MISSED_BURST = 2 };
 
-/* Embedded in the embedder's object; 48 bytes on 64-bit platforms. */
+/* Embedded in the embedder's object; 40 bytes on 64-bit platforms.  A
+   periodic timeout's period is not here but the embedder's, which passes it
+   to each hwt_timeout_rearm(): a one-shot timeout, the common kind, does not
+   carry it. */
 typedef struct hwt_timeout {
     /* In a bucket: the bucket's list.  Queued or delivered: `link.next`
        chains the queue or the batch (cast back with hwt_timeout_of). */
@@ -77,11 +80,25 @@ typedef struct hwt_timeout {
     /* ns since the timer's start; HWT_NEVER saturates.  Written by
        schedule, reset and re-arm, read by the worker: use the accessor. */
     _Atomic int64_t deadline;
-    int64_t period;         /* > 0: periodic, ns between runs; 0: once */
     _Atomic uint32_t state; /* HWT_INIT ... HWT_RUNNING_RESET */
-    uint32_t flags;         /* the worker's bits, a periodic's policy; the top 4 the wheel's */
-    hwt_sink *sink;         /* borrowed: where its expiry is delivered */
+    /* bits 0-5 hwt.c's (HWT_PERIODIC, the worker's, a periodic's policy),
+       6-31 the wheel's (wheel.h); rewritten by the worker while it links
+       the timeout, so read HWT_PERIODIC only through the accessor below */
+    uint32_t flags;
+    hwt_sink *sink; /* borrowed: where its expiry is delivered */
 } hwt_timeout;
+
+/* The flag hwt_timer_schedule_periodic() sets, fixed until it is scheduled
+   again. */
+#define HWT_PERIODIC 2u
+
+/* Whether `to` was scheduled periodic.  Read it while the timer does not
+   hold `to` on its wheel: before scheduling, once delivered (a sink's
+   batch, a run), or, inside the core, on the worker. */
+static inline bool hwt_timeout_periodic(const hwt_timeout *to)
+{
+    return (to->flags & HWT_PERIODIC) != 0;
+}
 
 /* The deadline (ns since the timer's start) it is due at now. */
 static inline int64_t hwt_timeout_deadline(const hwt_timeout *to)
@@ -169,13 +186,12 @@ int64_t hwt_timer_now(const hwt_timer *t);
    `to->deadline` is set either way. */
 int hwt_timer_schedule(hwt_timer *t, hwt_timeout *to, int64_t delay_ns);
 
-/* The same for a periodic timeout: first due `delay_ns` from now, then
-   every `period_ns` (> 0) on that grid, with `missed` (HWT_MISSED_*) for
-   runs it misses.  It expires as HWT_RUNNING, counts once in pending, and
-   its consumer calls hwt_timeout_rearm() or hwt_timeout_finish() after
-   each run. */
-int hwt_timer_schedule_periodic(hwt_timer *t, hwt_timeout *to, int64_t delay_ns, int64_t period_ns,
-                                int missed);
+/* The same for a periodic timeout: first due `delay_ns` from now, then on
+   the grid of the period its consumer keeps, with `missed` (HWT_MISSED_*)
+   for runs it misses.  It expires as HWT_RUNNING, counts once in pending,
+   and its consumer calls hwt_timeout_rearm() (with that period) or
+   hwt_timeout_finish() after each run. */
+int hwt_timer_schedule_periodic(hwt_timer *t, hwt_timeout *to, int64_t delay_ns, int missed);
 
 /* Moves a pending timeout's deadline to `delay_ns` from now (the rules of
    hwt_timer_schedule).  Returns 1 if it was pending and is re-armed (it
@@ -195,14 +211,15 @@ int64_t hwt_periodic_next(int64_t deadline, int64_t period, int missed, int64_t 
                           bool *again);
 
 /* Ends a periodic timeout's run (state RUNNING or RUNNING_RESET) that
-   began at clock time `start` and ended at `end`.  Returns
+   began at clock time `start` and ended at `end`; `period_ns` (> 0) is its
+   period, the same at every re-arm (the embedder keeps it).  Returns
      HWT_OK         back on the wheel at its next deadline (the timer owns it);
      HWT_EAGAIN     the next run is due now (burst, delay): still RUNNING,
                     its deadline moved: run it again, then re-arm again;
      HWT_ECANCELLED cancelled during the run: counted, the caller's;
      HWT_ESTOPPED   the timer is stopped: now CANCELLED, counted, the
                     caller's (stop() did not see it: hand it to the user). */
-int hwt_timeout_rearm(hwt_timeout *to, int64_t start, int64_t end);
+int hwt_timeout_rearm(hwt_timeout *to, int64_t period_ns, int64_t start, int64_t end);
 
 /* Ends a delivered periodic timeout for good (its task raised: `final`
    HWT_EXPIRED; it will not run: HWT_CANCELLED), unless a cancel came

@@ -147,7 +147,7 @@ Py_ssize_t hwtimer_loop_sinks_periodic(TimerObject *timer)
             continue;
         pthread_mutex_lock(&s->sink.lock);
         for (hwt_timeout *to = s->sink.head; to; to = hwt_timeout_of(to->link.next))
-            n += to->period != 0;
+            n += hwt_timeout_periodic(to);
         pthread_mutex_unlock(&s->sink.lock);
     }
     return n;

@@ -28,7 +28,7 @@ static uint64_t periodic_runs(hwt_timeout *node)
 {
     uint64_t n = 0;
     for (; node; node = hwt_timeout_of(node->link.next))
-        n += node->period != 0;
+        n += hwt_timeout_periodic(node);
     return n;
 }
 

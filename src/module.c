@@ -322,6 +322,8 @@ static int module_exec(PyObject *module)
         add_type(module, &hwtimer_timeout_spec, NULL, &st->timeout_type) < 0 ||
         add_type(module, &hwtimer_loop_timeout_spec, (PyObject *)st->timeout_type,
                  &st->loop_timeout_type) < 0 ||
+        add_type(module, &hwtimer_periodic_spec, (PyObject *)st->timeout_type, &st->periodic_type) <
+            0 ||
         add_type(module, &hwtimer_dispatch_spec, NULL, &st->dispatch_type) < 0 ||
         add_type(module, &hwtimer_loop_sink_spec, NULL, &st->loop_sink_type) < 0 ||
         add_type(module, &hwtimer_done_spec, NULL, &st->done_type) < 0 ||
@@ -386,6 +388,7 @@ static int module_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(st->timer_type);
     Py_VISIT(st->timeout_type);
     Py_VISIT(st->loop_timeout_type);
+    Py_VISIT(st->periodic_type);
     Py_VISIT(st->dispatch_type);
     Py_VISIT(st->loop_sink_type);
     Py_VISIT(st->rejected_error);
@@ -426,6 +429,7 @@ static int module_clear(PyObject *module)
     Py_CLEAR(st->timer_type);
     Py_CLEAR(st->timeout_type);
     Py_CLEAR(st->loop_timeout_type);
+    Py_CLEAR(st->periodic_type);
     Py_CLEAR(st->dispatch_type);
     Py_CLEAR(st->loop_sink_type);
     Py_CLEAR(st->rejected_error);

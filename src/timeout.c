@@ -1,7 +1,8 @@
 /*
- * timeout.c: hwtimer.Timeout, the handle new_timeout() returns, and its
- * subtype for call_later(), which carries a callback's arguments, context
- * and loop.  Also the one task runner: how every consumer (the dispatch
+ * timeout.c: hwtimer.Timeout, the handle new_timeout() returns, its
+ * subtype for new_periodic(), which carries the period, and its subtype for
+ * call_later() and call_every(), which carries a callback's arguments,
+ * context and loop (and a period).  Also the one task runner: how every consumer (the dispatch
  * thread, an executor, a loop) runs an expired timeout and re-arms a
  * periodic one.
  */
@@ -47,8 +48,17 @@ int hwtimer_timeout_submit(TimerObject *timer, PyObject *obj, int64_t delay_ns, 
                            int missed)
 {
     TimeoutObject *to = (TimeoutObject *)obj;
+    assert(period_ns <= 0 || Py_TYPE(obj) == timer->state->periodic_type ||
+           Py_TYPE(obj) == timer->state->loop_timeout_type);
     Py_INCREF(to); /* the wheel's reference */
-    int r = hwt_timer_schedule_periodic(timer->core, &to->node, delay_ns, period_ns, missed);
+    int r;
+    if (period_ns > 0) {
+        /* set before it is scheduled: its first run may begin at once */
+        ((PeriodicTimeoutObject *)to)->period = period_ns;
+        r = hwt_timer_schedule_periodic(timer->core, &to->node, delay_ns, missed);
+    } else {
+        r = hwt_timer_schedule(timer->core, &to->node, delay_ns);
+    }
     if (r == HWT_OK)
         return 0;
     Py_DECREF(to);
@@ -185,7 +195,7 @@ static bool rearm(TimerObject *timer, TimeoutObject *to, int64_t start, int64_t 
 {
     for (;;) {
         Py_INCREF(to); /* the wheel's reference, if it goes back */
-        int r = hwt_timeout_rearm(&to->node, start, end);
+        int r = hwt_timeout_rearm(&to->node, hwtimer_timeout_period(to), start, end);
         if (r == HWT_OK)
             return false;
         Py_DECREF(to); /* not the last: the caller holds one */
@@ -209,7 +219,7 @@ static bool rearm(TimerObject *timer, TimeoutObject *to, int64_t start, int64_t 
 int hwtimer_run_timeout(TimerObject *timer, TimeoutObject *to, int64_t *now)
 {
     hwt_timeout *node = &to->node;
-    if (node->period && atomic_load(&node->state) == HWT_CANCELLED) {
+    if (hwt_timeout_periodic(node) && atomic_load(&node->state) == HWT_CANCELLED) {
         hwt_timeout_finish(node, HWT_CANCELLED); /* cancelled since it was delivered */
         return 0;
     }
@@ -223,7 +233,7 @@ int hwtimer_run_timeout(TimerObject *timer, TimeoutObject *to, int64_t *now)
         int64_t end = *now = hwtimer_clock_ns(timer);
         hwt_timer_record_task(timer->core, start - deadline, end - start);
         int r = failed ? report_failure(timer, to) : 0;
-        if (!node->period)
+        if (!hwt_timeout_periodic(node))
             return r;
         if (failed) {
             hwt_timeout_finish(node, HWT_EXPIRED); /* an exception ends it */
@@ -427,6 +437,24 @@ PyType_Spec hwtimer_timeout_spec = {
     .basicsize = sizeof(TimeoutObject),
     .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_BASETYPE,
     .slots = timeout_slots,
+};
+
+/* ---- the new_periodic subtype: the Timeout's behaviour, and a period ---- */
+
+static PyType_Slot periodic_slots[] = {
+    {Py_tp_doc, "A periodic task: returned by HashedWheelTimer.new_periodic()."},
+    {Py_tp_new, hwtimer_new_refused},
+    {Py_tp_dealloc, timeout_dealloc},
+    {Py_tp_traverse, timeout_traverse},
+    {Py_tp_clear, timeout_clear},
+    {0, NULL},
+};
+
+PyType_Spec hwtimer_periodic_spec = {
+    .name = "hwtimer._PeriodicTimeout",
+    .basicsize = sizeof(PeriodicTimeoutObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .slots = periodic_slots,
 };
 
 /* ---- the call_later subtype ---- */

@@ -33,7 +33,8 @@ void hwtimer_run_batch(hwt_sink *dflt, hwt_timeout *node)
         TimeoutObject *to = (TimeoutObject *)hwtimer_timeout_from_node(node);
         /* only delivered new_timeout() and new_periodic() timeouts come
            here: cancelled ones and call_later() ones are released elsewhere */
-        if (node->sink == dflt && (atomic_load(&node->state) == HWT_EXPIRED || node->period))
+        if (node->sink == dflt &&
+            (atomic_load(&node->state) == HWT_EXPIRED || hwt_timeout_periodic(node)))
             now = hwtimer_dispatch_timeout(TIMER_OF(to), to, now);
         Py_DECREF(to); /* the wheel's reference: may free the timer too */
         node = next;
@@ -750,7 +751,7 @@ static PyObject *timer_new_periodic(TimerObject *self, PyObject *args, PyObject 
     if (parse_periodic(self->state, period_o, delay_o, missed_o, &period, &delay, &missed) < 0 ||
         hwtimer_timer_start(self) < 0)
         return NULL;
-    PyObject *to = hwtimer_timeout_new(self, self->state->timeout_type,
+    PyObject *to = hwtimer_timeout_new(self, self->state->periodic_type,
                                        hwt_timer_default_sink(self->core), task);
     if (to && hwtimer_timeout_submit(self, to, delay, period, missed) < 0)
         Py_CLEAR(to);

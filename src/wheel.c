@@ -264,8 +264,8 @@ uint64_t hwt_wheel_expire(hwt_wheel *w, hwt_wheel_expire_fn fn, void *ctx)
         hwt_timeout *to = hwt_timeout_of(l);
         l = l->next;
         uint32_t expect = HWT_INIT;
-        bool expired = atomic_compare_exchange_strong(&to->state, &expect,
-                                                      to->period ? HWT_RUNNING : HWT_EXPIRED);
+        bool expired = atomic_compare_exchange_strong(
+            &to->state, &expect, hwt_timeout_periodic(to) ? HWT_RUNNING : HWT_EXPIRED);
         unlink_from(w, p, to);
         if (!expired) { /* cancelled or reset: its queued entry takes it from there */
             link_at(w, cancelled_index(w), to);

@@ -313,6 +313,9 @@ static void m_check_list(m_run *r, size_t n, int from, int64_t rel, const char *
                                                       : HWT_RUNNING;
         M_CHECK(r, state == expect, "%s: expired item %u has state %u, expected %u", where, it->id,
                 state, expect);
+        M_CHECK(r, hwt_timeout_periodic(&it->to) == (it->period != 0),
+                "%s: item %u (period %" PRId64 ") delivered with the periodic flag %s", where,
+                it->id, it->period, hwt_timeout_periodic(&it->to) ? "set" : "clear");
         M_CHECK(r, routed == from, "%s: item %u (target %d) delivered to the wrong sink", where,
                 it->id, it->target);
         M_CHECK(r, it->due >= last_due,
@@ -459,7 +462,7 @@ static void m_op_schedule(m_run *r, bool periodic)
     int64_t rel = m_rel(r);
     int64_t deadline = m_deadline_after(rel, delay);
     bool reject = r->cfg.max_pending > 0 && r->pending + 1 > r->cfg.max_pending;
-    int rc = periodic ? hwt_timer_schedule_periodic(r->t, &it->to, delay, period, missed)
+    int rc = periodic ? hwt_timer_schedule_periodic(r->t, &it->to, delay, missed)
                       : hwt_timer_schedule(r->t, &it->to, delay);
     m_trace(r,
             "schedule item %u delay %" PRId64 " period %" PRId64 " missed %d target %d -> %d "
@@ -616,7 +619,7 @@ static bool m_rearm(m_run *r, m_item *it, int64_t start, int64_t end, int during
         r->pending--;
         return false;
     }
-    int rc = hwt_timeout_rearm(&it->to, start, end);
+    int rc = hwt_timeout_rearm(&it->to, it->period, start, end);
     r->reruns++;
     m_trace(r, "rearm item %u run %" PRId64 "..%" PRId64 " during %d -> %d (deadline %" PRId64 ")",
             it->id, rs, re, during, rc, hwt_timeout_deadline(&it->to));

@@ -551,8 +551,10 @@ static void run_round(const round_cfg *cfg, uint64_t seed)
 typedef struct ra_item {
     hwt_timeout to;
     bool periodic;
-    int64_t first; /* a periodic one's first deadline: its grid's origin */
-    bool moved;    /* a reset moved its grid (or delay restarted it) */
+    int64_t period; /* a periodic one's, ns: kept here, as an embedder does */
+    int missed;     /* and its HWT_MISSED_* policy */
+    int64_t first;  /* a periodic one's first deadline: its grid's origin */
+    bool moved;     /* a reset moved its grid (or delay restarted it) */
     int64_t last_deadline;
     _Atomic int running;     /* runs going on now: never above 1 */
     _Atomic int delivered;   /* a one-shot's expiries */
@@ -583,8 +585,10 @@ static int64_t ra_rel(ra_shared *sh)
    `now`; `again`: a back-to-back run, due at or before now. */
 static void ra_check_run(ra_shared *sh, ra_item *it, int64_t d, int64_t now, bool again)
 {
-    int64_t p = it->to.period;
-    int missed = (int)((it->to.flags >> 4) & 3);
+    int64_t p = it->period;
+    int missed = it->missed;
+    if (!hwt_timeout_periodic(&it->to))
+        fail("periodic %td delivered without its flag", it - sh->items);
     if (again ? now < d : now <= d)
         fail("periodic %td ran early: now %" PRId64 ", deadline %" PRId64, it - sh->items, now, d);
     if (it->runs && d <= it->last_deadline)
@@ -616,7 +620,7 @@ static void ra_run(ra_shared *sh, ra_item *it, uint64_t *rng)
         ra_check_run(sh, it, d, start - hwt_timer_start_time(sh->t), again);
         uint64_t r = next_rand(rng);
         if (r % 8 == 0) /* a run longer than its period */
-            sleep_ns(it->to.period + (int64_t)(r >> 8) % (2 * it->to.period));
+            sleep_ns(it->period + (int64_t)(r >> 8) % (2 * it->period));
         if (r % 64 == 1 && hwt_timeout_reset(&it->to, (int64_t)(r >> 8) % 5000000) == 1)
             it->moved = true; /* from inside its run: moves the next one */
         atomic_fetch_sub(&it->running, 1);
@@ -625,7 +629,7 @@ static void ra_run(ra_shared *sh, ra_item *it, uint64_t *rng)
             atomic_fetch_add(&it->ends, 1);
             return;
         }
-        int rc = hwt_timeout_rearm(&it->to, start, hwt_monotonic_ns(NULL));
+        int rc = hwt_timeout_rearm(&it->to, it->period, start, hwt_monotonic_ns(NULL));
         if (rc == HWT_OK)
             return;
         if (rc == HWT_EAGAIN && !atomic_load(&sh->done))
@@ -670,6 +674,8 @@ static void *ra_consumer(void *arg)
                     fail("one-shot %td expired early (or at an old deadline): now %" PRId64
                          ", deadline %" PRId64,
                          it - sh->items, now, d);
+                if (hwt_timeout_periodic(list))
+                    fail("one-shot %td delivered with the periodic flag", it - sh->items);
                 if (atomic_exchange(&it->armed, 0) != 1)
                     fail("one-shot %td expired twice", it - sh->items);
                 if (atomic_load(&it->cancel_wins))
@@ -783,9 +789,9 @@ static void rearm_round(int64_t tick_ns, bool race_stop, uint64_t seed)
             ra_reschedule(sh, it, &rng);
             continue;
         }
-        int rc = hwt_timer_schedule_periodic(sh->t, &it->to, (int64_t)(r % 3000000),
-                                             200000 + (int64_t)((r >> 20) % 3000000),
-                                             (int)((r >> 40) % 3));
+        it->period = 200000 + (int64_t)((r >> 20) % 3000000);
+        it->missed = (int)((r >> 40) % 3);
+        int rc = hwt_timer_schedule_periodic(sh->t, &it->to, (int64_t)(r % 3000000), it->missed);
         if (rc != HWT_OK)
             fail("rearm round: schedule returned %d", rc);
         it->first = hwt_timeout_deadline(&it->to);
