@@ -152,6 +152,7 @@ typedef struct DispatchObject {
     hwt_timer *core; /* owned reference */
     pthread_mutex_t lock;
     pthread_cond_t done_cond;
+    bool synced;             /* lock and done_cond were made: dealloc destroys them */
     bool done;               /* run() has finished its last batch */
     unsigned long thread_id; /* the dispatch thread, once running */
     PyObject *name;          /* owned str */
@@ -200,6 +201,13 @@ void hwtimer_log_error(hwtimer_state *st, const char *msg);
 /* ns on a clock into seconds, exact for whole seconds, as time.monotonic()
    converts, so that the two compare. */
 double hwtimer_seconds(int64_t ns);
+/* Raises the exception for `err`, what a core call (or a pthread call of
+   the binding's) returned when it failed to `what` (a verb phrase):
+   ENOMEM is MemoryError, another errno value OSError with that errno,
+   HWT_EREJECTED the module's RejectedExecutionError, HWT_ESTOPPED
+   RuntimeError.  `timer` (for those two) may be NULL where only an errno
+   value can come.  Returns -1. */
+int hwtimer_core_error(TimerObject *timer, int err, const char *what);
 
 /* timeout.c */
 /* tp_new of the types users do not create. */

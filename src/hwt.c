@@ -32,6 +32,10 @@
 
 #define LATENCY_WINDOW 4096
 
+/* The worker moves at most this many new timeouts into the wheel per tick,
+   so that a flood of schedules cannot starve expiry. */
+#define MAX_TRANSFER_PER_TICK 100000
+
 /* A sleeping worker is woken for cancels when this many are queued, so
    their references are not held long; and by the first cancel when it
    would otherwise sleep longer than CANCEL_WAKE_SLEEP_NS, at most once in
@@ -116,6 +120,9 @@ struct hwt_timer {
     pthread_t thread;
     _Atomic int state;
     bool orphaned;
+    /* in a child of fork(): the errno value that kept a condition variable
+       from being made again there (the timer is orphaned then), or 0 */
+    int fork_err;
     int64_t start_time;
 
     hwt_sink dflt;
@@ -152,10 +159,16 @@ static void lock_timer_for_fork(hwt_timer *t)
 
 static void unlock_timer_after_fork(hwt_timer *t, bool child)
 {
-    hwt_park_unlock_after_fork(&t->park, child);
+    /* The child makes the condition variables again: the parent's waiters
+       did not come along.  Should that fail, the timer cannot be used in
+       the child; start says why. */
+    int err = hwt_park_unlock_after_fork(&t->park, child);
     for (hwt_sink *s = t->sinks; s; s = s->next_sink) {
-        if (child)
-            pthread_cond_init(&s->ready, NULL);
+        if (child) {
+            int cond_err = hwt_cond_init(&s->ready);
+            if (!err)
+                err = cond_err;
+        }
         pthread_mutex_unlock(&s->lock);
     }
     pthread_mutex_unlock(&t->sinks_lock);
@@ -163,6 +176,10 @@ static void unlock_timer_after_fork(hwt_timer *t, bool child)
     pthread_mutex_unlock(&t->lock);
     if (child && t->state == T_STARTED && !t->cfg.manual)
         t->orphaned = true; /* its worker did not come along */
+    if (child && err) {
+        t->fork_err = err;
+        t->orphaned = true;
+    }
 }
 
 static void atfork_prepare(void)
@@ -201,14 +218,15 @@ int64_t hwt_monotonic_ns(void *unused)
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-uint32_t hwt_round_ticks(uint64_t n)
+int hwt_round_ticks(uint64_t n, uint32_t *rounded)
 {
     if (n == 0 || n > HWT_MAX_TICKS_PER_WHEEL)
-        return 0;
+        return EINVAL;
     uint32_t p = 1;
     while (p < n)
         p <<= 1;
-    return p;
+    *rounded = p;
+    return 0;
 }
 
 static inline int64_t now_rel(const hwt_timer *t)
@@ -496,7 +514,7 @@ static int64_t run_due(hwt_timer *t, int64_t now)
     t->worked = false;
     for (;;) {
         process_cancels(t);
-        transfer(t, HWT_MAX_TRANSFER_PER_TICK);
+        transfer(t, MAX_TRANSFER_PER_TICK);
         if (t->wheel.elapsed > due)
             break;
         int64_t next = next_target(t);
@@ -596,38 +614,44 @@ static void *worker_main(void *arg)
 
 hwt_timer *hwt_timer_new(const hwt_config *config)
 {
-    uint32_t n = hwt_round_ticks(config->ticks_per_wheel);
-    if (!n || config->tick_ns <= 0 || config->tick_ns > INT64_MAX / n ||
-        (config->clock && !config->manual)) {
+    uint32_t n = 0;
+    if (hwt_round_ticks(config->ticks_per_wheel, &n) != 0 || config->tick_ns <= 0 ||
+        config->tick_ns > INT64_MAX / n || (config->clock && !config->manual)) {
         errno = EINVAL;
         return NULL;
     }
     pthread_once(&atfork_once, install_atfork);
     hwt_timer *t = calloc(1, sizeof(*t));
-    if (!t)
+    if (!t) {
+        errno = ENOMEM;
         return NULL;
+    }
     t->cfg = *config;
     t->cfg.ticks_per_wheel = n;
     t->cfg.thread_name = NULL; /* copied into name */
     if (!t->cfg.clock)
         t->cfg.clock = hwt_monotonic_ns;
     snprintf(t->name, sizeof(t->name), "%s", config->thread_name ? config->thread_name : "hwtimer");
-    if (hwt_wheel_init(&t->wheel, n, t->cfg.tick_ns) != 0)
-        goto fail;
-    pthread_mutex_init(&t->lock, NULL);
-    pthread_mutex_init(&t->cancel_lock, NULL);
-    pthread_mutex_init(&t->sinks_lock, NULL);
-    if (hwt_park_init(&t->park) != 0)
-        goto fail_locks;
     atomic_init(&t->wake_limit, -1);
     atomic_init(&t->refs, 1);
     t->cancel_armed_at = INT64_MIN / 2; /* long ago */
-    if (hwt_sink_init(&t->dflt, t, NULL, -1, NULL) != 0)
+    /* each step undoes itself when it fails, and the labels below undo the
+       steps before it, in reverse */
+    int err = hwt_wheel_init(&t->wheel, n, t->cfg.tick_ns);
+    if (err)
+        goto fail;
+    if ((err = pthread_mutex_init(&t->lock, NULL)) != 0)
+        goto fail_wheel;
+    if ((err = pthread_mutex_init(&t->cancel_lock, NULL)) != 0)
+        goto fail_lock;
+    if ((err = pthread_mutex_init(&t->sinks_lock, NULL)) != 0)
+        goto fail_cancel_lock;
+    if ((err = hwt_park_init(&t->park)) != 0)
+        goto fail_sinks_lock;
+    if ((err = hwt_sink_init(&t->dflt, t, NULL, -1, NULL)) != 0)
         goto fail_park;
-    if (hwt_sink_init(&t->released, t, NULL, -1, NULL) != 0) {
-        hwt_sink_destroy(&t->dflt);
-        goto fail_park;
-    }
+    if ((err = hwt_sink_init(&t->released, t, NULL, -1, NULL)) != 0)
+        goto fail_dflt;
     pthread_mutex_lock(&registry_lock);
     t->reg_next = registry;
     if (registry)
@@ -635,16 +659,21 @@ hwt_timer *hwt_timer_new(const hwt_config *config)
     registry = t;
     pthread_mutex_unlock(&registry_lock);
     return t;
+fail_dflt:
+    hwt_sink_destroy(&t->dflt);
 fail_park:
     hwt_park_destroy(&t->park);
-fail_locks:
-    pthread_mutex_destroy(&t->lock);
-    pthread_mutex_destroy(&t->cancel_lock);
+fail_sinks_lock:
     pthread_mutex_destroy(&t->sinks_lock);
+fail_cancel_lock:
+    pthread_mutex_destroy(&t->cancel_lock);
+fail_lock:
+    pthread_mutex_destroy(&t->lock);
+fail_wheel:
     hwt_wheel_destroy(&t->wheel);
 fail:
     free(t);
-    errno = ENOMEM;
+    errno = err;
     return NULL;
 }
 
@@ -679,6 +708,8 @@ void hwt_timer_decref(hwt_timer *t)
 
 int hwt_timer_start(hwt_timer *t)
 {
+    if (t->fork_err)
+        return t->fork_err;
     if (t->state == T_STARTED)
         return 0;
     if (t->state == T_STOPPED)
@@ -814,8 +845,8 @@ int hwt_timer_schedule_periodic(hwt_timer *t, hwt_timeout *to, int64_t delay_ns,
 }
 
 /* Makes room for one more entry in the cancel vector (none needed once
-   stop() closed it).  Returns false (ENOMEM) if there is none.  Called
-   with cancel_lock held. */
+   stop() closed it).  Returns whether there is room (none: out of memory).
+   Called with cancel_lock held. */
 static bool cancel_room(hwt_timer *t)
 {
     if (t->cancel_closed || t->ncancels < t->cancels_cap)
@@ -850,17 +881,17 @@ int hwt_timeout_cancel(hwt_timeout *to)
 {
     hwt_timer *t = to->sink->timer;
     if (is_final(atomic_load_explicit(&to->state, memory_order_relaxed)))
-        return 0;
+        return HWT_EFINAL;
     pthread_mutex_lock(&t->cancel_lock);
     /* room first: once cancelled, it must be queued */
     if (!cancel_room(t)) {
         pthread_mutex_unlock(&t->cancel_lock);
-        return -1;
+        return ENOMEM;
     }
     uint32_t was = cancel_live(to);
     if (is_final(was)) {
         pthread_mutex_unlock(&t->cancel_lock);
-        return 0;
+        return HWT_EFINAL;
     }
     /* Counted now, not when the worker unlinks it (maybe a second from
        now): pending_timeouts() and max_pending see the cancel at once.
@@ -873,7 +904,7 @@ int hwt_timeout_cancel(hwt_timeout *to)
            off the wheel in its run: its re-arm finds it cancelled, and
            counts it. */
         pthread_mutex_unlock(&t->cancel_lock);
-        return 1;
+        return HWT_OK;
     }
     size_t queued = ++t->ncancels;
     t->cancels[queued - 1] = to;
@@ -884,7 +915,7 @@ int hwt_timeout_cancel(hwt_timeout *to)
             atomic_exchange(&t->cancel_wake, CANCEL_WAKE_NONE) != CANCEL_WAKE_NONE)
             wake_worker(t);
     }
-    return 1;
+    return HWT_OK;
 }
 
 /* ---- re-arming: reset and periodic timeouts ---- */
@@ -903,8 +934,8 @@ static void wake_for(hwt_timer *t, int64_t deadline)
         wake_worker(t);
 }
 
-/* Re-arms `to` at `deadline`, under cancel_lock.  Returns 1 (re-armed),
-   0 (final: nothing changed), or -1 (ENOMEM). */
+/* Re-arms `to` at `deadline`, under cancel_lock.  Returns what
+   hwt_timeout_reset returns. */
 static int reset_locked(hwt_timer *t, hwt_timeout *to, int64_t deadline)
 {
     uint32_t s = atomic_load(&to->state);
@@ -920,12 +951,12 @@ static int reset_locked(hwt_timer *t, hwt_timeout *to, int64_t deadline)
         case HWT_RESET:
         case HWT_RUNNING_RESET: /* moved already, and not yet relinked */
             set_deadline(to, deadline);
-            return 1;
+            return HWT_OK;
         default:
-            return 0;
+            return HWT_EFINAL;
         }
         if (s == HWT_INIT && !cancel_room(t))
-            return -1;
+            return ENOMEM;
         /* only expiry (INIT -> EXPIRED or RUNNING) changes it unlocked */
         if (atomic_compare_exchange_strong(&to->state, &s, next))
             break;
@@ -933,21 +964,21 @@ static int reset_locked(hwt_timer *t, hwt_timeout *to, int64_t deadline)
     set_deadline(to, deadline);
     if (s == HWT_INIT) /* the worker relinks it at its next tick */
         t->cancels[t->ncancels++] = (hwt_timeout *)((uintptr_t)to | RESET_TAG);
-    return 1;
+    return HWT_OK;
 }
 
 int hwt_timeout_reset(hwt_timeout *to, int64_t delay_ns)
 {
     hwt_timer *t = to->sink->timer;
     if (is_final(atomic_load_explicit(&to->state, memory_order_relaxed)))
-        return 0;
+        return HWT_EFINAL;
     int64_t deadline = deadline_after(now_rel(t), delay_ns);
     pthread_mutex_lock(&t->cancel_lock);
     /* once stop() has closed the queue, what it sweeps is not pending */
-    int r = t->cancel_closed ? 0 : reset_locked(t, to, deadline);
+    int r = t->cancel_closed ? HWT_EFINAL : reset_locked(t, to, deadline);
     pthread_mutex_unlock(&t->cancel_lock);
     /* also when a reset queued earlier still waits: this one may be sooner */
-    if (r == 1)
+    if (r == HWT_OK)
         wake_for(t, deadline);
     return r;
 }

@@ -20,8 +20,20 @@
  * Everything else about a timer (start, stop, advance, free) is called by
  * one thread at a time.
  *
- * Returns: a call that can fail returns 0 or an errno value (schedule and
- * cancel say their own), a pointer NULL for "none".
+ * Errors: one rule for the whole core (wheel.h and hwt_sys.h too), and each
+ * contract below says which part of it the call uses.
+ *   - A constructor (hwt_timer_new) returns the new object, or NULL with
+ *     errno set.
+ *   - Any other call that can fail returns an int: 0 when it succeeded, a
+ *     positive errno value (ENOMEM, a pthread error, EINVAL) when it did
+ *     not, and then it changed nothing.
+ *   - Where the caller must tell apart outcomes that are not failures of
+ *     the system (rejected, stopped, already expired or cancelled), that int
+ *     is a named HWT_* code instead: HWT_OK (0), or a negative HWT_E* value,
+ *     which no errno value equals, so that the same int may also carry a
+ *     positive errno value.
+ * A call that cannot fail returns what it computes (a bool, a count, a
+ * list that is NULL when empty, HWT_NEVER for a deadline never reached).
  */
 #ifndef HWT_H
 #define HWT_H
@@ -32,10 +44,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define HWT_NEVER                 INT64_MAX /* a deadline that is never reached */
-#define HWT_MAX_TICKS_PER_WHEEL   (1u << 30)
-#define HWT_MAX_TRANSFER_PER_TICK 100000
-#define HWT_MAX_LEVELS            12 /* level 0 and at most 11 of 64 slots (wheel.h) */
+#define HWT_NEVER               INT64_MAX /* a deadline that is never reached */
+#define HWT_MAX_TICKS_PER_WHEEL (1u << 30)
+#define HWT_MAX_LEVELS          12 /* level 0 and at most 11 of 64 slots (wheel.h) */
 
 typedef struct hwt_timer hwt_timer;
 typedef struct hwt_sink hwt_sink;
@@ -148,17 +159,28 @@ typedef struct hwt_occupancy {
     int64_t tick;   /* the wheel's current tick */
 } hwt_occupancy;
 
-/* Results of hwt_timer_schedule and hwt_timeout_rearm. */
-enum { HWT_OK = 0, HWT_EREJECTED = 1, HWT_ESTOPPED = 2, HWT_ECANCELLED = 3, HWT_EAGAIN = 4 };
+/* The outcomes a caller tells apart (see "Errors" above): negative, so that
+   no errno value is one of them. */
+enum {
+    HWT_OK = 0,
+    HWT_EREJECTED = -1,  /* pending would pass max_pending */
+    HWT_ESTOPPED = -2,   /* the timer is stopped, or was never started */
+    HWT_ECANCELLED = -3, /* cancelled during its run */
+    HWT_EAGAIN = -4,     /* a periodic's next run is due now */
+    HWT_EFINAL = -5,     /* it had expired or been cancelled already: nothing changed */
+};
 
-/* Returns the rounded wheel size for n (n > 0), or 0 if it is too large. */
-uint32_t hwt_round_ticks(uint64_t n);
+/* Sets *rounded to the wheel size for n buckets: n rounded up to a power
+   of two.  Returns 0, or EINVAL (n is 0 or above HWT_MAX_TICKS_PER_WHEEL). */
+int hwt_round_ticks(uint64_t n, uint32_t *rounded);
 
 /* The default clock: CLOCK_MONOTONIC in ns. */
 int64_t hwt_monotonic_ns(void *unused);
 
-/* Returns a new stopped timer, or NULL with errno set (EINVAL, ENOMEM).
-   It holds one reference, dropped by hwt_timer_decref. */
+/* Returns a new stopped timer, or NULL with errno set: EINVAL for a bad
+   config, ENOMEM, or the error of the pthread call that failed (what was
+   made before it is undone).  It holds one reference, dropped by
+   hwt_timer_decref. */
 hwt_timer *hwt_timer_new(const hwt_config *config);
 void hwt_timer_incref(hwt_timer *t);
 /* Frees the timer when the last reference goes; it must be stopped or
@@ -166,12 +188,15 @@ void hwt_timer_incref(hwt_timer *t);
 void hwt_timer_decref(hwt_timer *t);
 
 /* Starts the worker (or, in manual mode, only the clock).  Returns 0, or
-   an errno value (EALREADY once stopped, or pthread_create's error). */
+   an errno value: EALREADY once stopped, pthread_create's error, or, in a
+   child of fork(), the error that kept the timer from being made usable
+   there (hwt_timer_orphaned is then true). */
 int hwt_timer_start(hwt_timer *t);
 bool hwt_timer_started(const hwt_timer *t);
 bool hwt_timer_stopped(const hwt_timer *t);
-/* True in a child of fork() for a timer started in the parent: it has no
-   worker and cannot be started again. */
+/* True in a child of fork() for a timer started in the parent (it has no
+   worker), or for one the child could not make usable (hwt_timer_start
+   returns why): it cannot be started again. */
 bool hwt_timer_orphaned(const hwt_timer *t);
 
 const hwt_config *hwt_timer_config(const hwt_timer *t);
@@ -181,7 +206,8 @@ int64_t hwt_timer_now(const hwt_timer *t);
 
 /* Queues `to` (whose `sink` the caller has set) to expire `delay_ns` from
    now; `delay_ns` <= 0 means the next tick, HWT_NEVER never.  Returns
-   HWT_OK, HWT_EREJECTED (pending would pass max_pending) or HWT_ESTOPPED.
+   an HWT_* code (it cannot fail): HWT_OK, HWT_EREJECTED (pending would
+   pass max_pending) or HWT_ESTOPPED.
    On HWT_OK the timer owns `to` until it is delivered or returned by stop;
    `to->deadline` is set either way. */
 int hwt_timer_schedule(hwt_timer *t, hwt_timeout *to, int64_t delay_ns);
@@ -194,11 +220,12 @@ int hwt_timer_schedule(hwt_timer *t, hwt_timeout *to, int64_t delay_ns);
 int hwt_timer_schedule_periodic(hwt_timer *t, hwt_timeout *to, int64_t delay_ns, int missed);
 
 /* Moves a pending timeout's deadline to `delay_ns` from now (the rules of
-   hwt_timer_schedule).  Returns 1 if it was pending and is re-armed (it
-   will not expire before the new deadline, nor at the old one), 0 if it
-   had expired or been cancelled (nothing changed), -1 (ENOMEM, nothing
-   changed) if the reset could not be queued.  On a periodic timeout
-   during its run it moves the next run. */
+   hwt_timer_schedule).  Returns an HWT_* code or an errno value:
+   HWT_OK if it was pending and is re-armed (it will not expire before the
+   new deadline, nor at the old one), HWT_EFINAL if it had expired or been
+   cancelled, ENOMEM if the reset could not be queued (nothing changed
+   either way).  On a periodic timeout during its run it moves the next
+   run. */
 int hwt_timeout_reset(hwt_timeout *to, int64_t delay_ns);
 
 /* The next deadline (ns since the timer's start) of a periodic timeout
@@ -212,7 +239,8 @@ int64_t hwt_periodic_next(int64_t deadline, int64_t period, int missed, int64_t 
 
 /* Ends a periodic timeout's run (state RUNNING or RUNNING_RESET) that
    began at clock time `start` and ended at `end`; `period_ns` (> 0) is its
-   period, the same at every re-arm (the embedder keeps it).  Returns
+   period, the same at every re-arm (the embedder keeps it).  Returns an
+   HWT_* code (it cannot fail):
      HWT_OK         back on the wheel at its next deadline (the timer owns it);
      HWT_EAGAIN     the next run is due now (burst, delay): still RUNNING,
                     its deadline moved: run it again, then re-arm again;
@@ -226,10 +254,11 @@ int hwt_timeout_rearm(hwt_timeout *to, int64_t period_ns, int64_t start, int64_t
    first, and counts it.  Returns its final state; the caller owns it. */
 uint32_t hwt_timeout_finish(hwt_timeout *to, uint32_t final);
 
-/* Returns 1 if this call cancelled `to`, 0 if it had expired or been
-   cancelled already, -1 (ENOMEM, nothing changed) if the cancel could not
-   be queued.  The worker unlinks it at its next tick and hands it back
-   through hwt_timer_take_released(). */
+/* Returns an HWT_* code or an errno value: HWT_OK if this call cancelled
+   `to`, HWT_EFINAL if it had expired or been cancelled already, ENOMEM if
+   the cancel could not be queued (nothing changed either way).  The
+   worker unlinks it at its next tick and hands it back through
+   hwt_timer_take_released(). */
 int hwt_timeout_cancel(hwt_timeout *to);
 
 int64_t hwt_timer_pending(hwt_timer *t);
@@ -254,8 +283,8 @@ typedef void (*hwt_visit_fn)(void *ctx, hwt_timeout *to);
    plus those queued, whatever the pending count.  While fn runs each
    timeout it is given is alive (the worker cannot release it), but it may
    be cancelled or expire the moment this returns: fn takes what it keeps
-   (a reference) and must not call stop or advance.  Returns 0, or ENOMEM
-   (nothing was visited). */
+   (a reference) and must not call stop or advance.  Returns 0, or an
+   errno value, ENOMEM (nothing was visited). */
 int hwt_timer_soonest(hwt_timer *t, size_t limit, hwt_visit_fn fn, void *ctx, size_t *found);
 
 /* Stops the worker and waits for it.  Returns the timeouts that had
@@ -310,7 +339,8 @@ hwt_timeout *hwt_timer_take_released(hwt_timer *t);
 /* Whether released timeouts wait to be taken. */
 bool hwt_timer_has_released(hwt_timer *t);
 
-/* Initialises `s` for timer `t`.  Returns 0 or an errno value. */
+/* Initialises `s` for timer `t`.  Returns 0, or an errno value (a pthread
+   init's: nothing is left to destroy). */
 int hwt_sink_init(hwt_sink *s, hwt_timer *t, hwt_wake_fn wake, int wake_fd, void *owner);
 /* Closes `s` and returns what was delivered and not yet taken; later
    expiries for it go to the released list.  Call before hwt_sink_destroy. */

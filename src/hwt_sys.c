@@ -178,15 +178,16 @@ void hwt_park_lock_for_fork(hwt_park *p)
 #endif
 }
 
-void hwt_park_unlock_after_fork(hwt_park *p, bool child)
+int hwt_park_unlock_after_fork(hwt_park *p, bool child)
 {
 #if HWT_SYS_FUTEX
     (void)p;
     (void)child;
+    return 0;
 #else
-    if (child)
-        hwt_cond_init(&p->cond); /* the parent's sleeper did not come along */
+    int err = child ? hwt_cond_init(&p->cond) : 0; /* the parent's sleeper did not come along */
     pthread_mutex_unlock(&p->lock);
+    return err;
 #endif
 }
 

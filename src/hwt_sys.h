@@ -16,7 +16,8 @@
  * backend on Linux, where it is tested; -DHWTIMER_RELATIVE_WAIT=1 also
  * forces its relative waits, the macOS path.
  *
- * Like the rest of the core: 0 or an errno value, and no Python.
+ * Like the rest of the core: a call that can fail returns 0 or an errno
+ * value (hwt.h's rule), and no Python.
  */
 #ifndef HWT_SYS_H
 #define HWT_SYS_H
@@ -82,9 +83,11 @@ void hwt_park_until(hwt_park *p, int64_t deadline_ns);
 void hwt_park_wake(hwt_park *p);
 
 /* fork(): called around it with the embedder's own locks, so that the
-   child finds `p` unlocked and usable. */
+   child finds `p` unlocked and usable.  The unlock returns 0, or in the
+   child the errno value of making its condition variable again (then `p`
+   must not be parked on). */
 void hwt_park_lock_for_fork(hwt_park *p);
-void hwt_park_unlock_after_fork(hwt_park *p, bool child);
+int hwt_park_unlock_after_fork(hwt_park *p, bool child);
 
 /* Initialises a condition variable whose timed waits, if any, are on
    CLOCK_MONOTONIC where the platform allows.  Returns 0 or an errno value. */

@@ -79,8 +79,8 @@ static void sink_close(LoopSinkObject *self)
     /* Those still on the wheel will never run: cancel them, so that the
        worker lets go of them now rather than when they fall due. */
     for (LoopTimeoutObject *to = self->live; to; to = to->sink_next) {
-        if (hwt_timeout_cancel(&to->base.node) < 0)
-            PyErr_Clear(); /* out of memory: released when it falls due */
+        /* ENOMEM leaves it pending: it is released when it falls due */
+        (void)hwt_timeout_cancel(&to->base.node);
     }
 }
 
@@ -240,8 +240,8 @@ static PyObject *sink_run(LoopSinkObject *self, PyObject *unused)
     if (!self->posting && self->wakefd.read_fd >= 0) {
         int err = hwt_wakefd_drain(self->wakefd.read_fd);
         if (err) {
-            errno = err;
-            return PyErr_SetFromErrno(PyExc_OSError);
+            hwtimer_core_error(NULL, err, "read the wake fd");
+            return NULL;
         }
     }
     if (self->closed) {
@@ -378,8 +378,8 @@ static PyObject *sink_post(LoopSinkObject *self, PyObject *unused)
     if (self->closed)
         close_fd(self);
     if (err) {
-        errno = err;
-        return PyErr_SetFromErrno(PyExc_OSError);
+        hwtimer_core_error(NULL, err, "wait on the wake fd");
+        return NULL;
     }
     if (!run)
         return NULL;
@@ -497,8 +497,8 @@ static LoopSinkObject *sink_new(TimerObject *timer, PyObject *loop)
         hwt_wakefd_close(&s->wakefd);
         s->sink.timer = NULL;
         Py_DECREF(s);
-        errno = err;
-        return (LoopSinkObject *)PyErr_SetFromErrno(PyExc_OSError);
+        hwtimer_core_error(timer, err, "deliver to the loop");
+        return NULL;
     }
     hwt_timer_incref(timer->core); /* the sink lives on the core's list */
     s->closed = false;

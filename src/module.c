@@ -5,6 +5,7 @@
  */
 #include "binding.h"
 
+#include <errno.h>
 #include <math.h>
 
 _Thread_local TimerObject *hwtimer_current_task_timer;
@@ -137,6 +138,27 @@ double hwtimer_seconds(int64_t ns)
     if (ns % 1000000000 == 0)
         return (double)(ns / 1000000000);
     return (double)ns / 1e9;
+}
+
+/* ---- core errors ---- */
+
+int hwtimer_core_error(TimerObject *timer, int err, const char *what)
+{
+    if (err == ENOMEM) {
+        PyErr_NoMemory();
+    } else if (err > 0) {
+        errno = err; /* OSError, or its subclass for err (BlockingIOError ...) */
+        PyErr_SetFromErrno(PyExc_OSError);
+    } else if (err == HWT_EREJECTED && timer) {
+        PyErr_Format(timer->state->rejected_error,
+                     "cannot %s: the timer holds max_pending_timeouts (%lld) pending timeouts",
+                     what, (long long)timer->max_pending);
+    } else if (err == HWT_ESTOPPED) {
+        PyErr_Format(PyExc_RuntimeError, "cannot %s: the timer is stopped", what);
+    } else {
+        PyErr_Format(PyExc_SystemError, "cannot %s: the timer's core returned %d", what, err);
+    }
+    return -1;
 }
 
 /* ---- logging ---- */

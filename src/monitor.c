@@ -58,7 +58,8 @@ PyObject *hwtimer_pending_snapshot(TimerObject *timer, size_t limit)
     int err = limit ? hwt_timer_soonest(timer->core, limit, snapshot_visit, &s, &found) : 0;
     if (err || s.failed) {
         snapshot_clear(&s);
-        return PyErr_NoMemory();
+        hwtimer_core_error(timer, err ? err : ENOMEM, "take a snapshot");
+        return NULL;
     }
     PyObject *list = PyList_New((Py_ssize_t)s.n);
     if (!list) {

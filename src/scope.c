@@ -214,10 +214,10 @@ static int scope_unschedule(ScopeObject *self)
     self->handle = NULL;
     int r = 0;
     if (PyObject_TypeCheck(handle, scope_state(self)->timeout_type)) {
-        if (hwt_timeout_cancel(&((TimeoutObject *)handle)->node) < 0) {
-            PyErr_NoMemory();
-            r = -1;
-        }
+        TimeoutObject *to = (TimeoutObject *)handle;
+        int err = hwt_timeout_cancel(&to->node);
+        if (err != HWT_OK && err != HWT_EFINAL)
+            r = hwtimer_core_error(TIMER_OF(to), err, "cancel the scope's deadline");
     } else {
         PyObject *res = call_method(handle, scope_state(self)->str_cancel, NULL);
         r = res ? 0 : -1;

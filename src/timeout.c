@@ -62,13 +62,7 @@ int hwtimer_timeout_submit(TimerObject *timer, PyObject *obj, int64_t delay_ns, 
     if (r == HWT_OK)
         return 0;
     Py_DECREF(to);
-    if (r == HWT_EREJECTED)
-        PyErr_Format(timer->state->rejected_error,
-                     "the timer holds max_pending_timeouts (%lld) pending timeouts",
-                     (long long)timer->max_pending);
-    else
-        PyErr_SetString(PyExc_RuntimeError, "cannot schedule a timeout: the timer is stopped");
-    return -1;
+    return hwtimer_core_error(timer, r, "schedule a timeout");
 }
 
 PyObject *hwtimer_timeout_from_node(hwt_timeout *node)
@@ -277,9 +271,11 @@ static PyObject *timeout_cancel(TimeoutObject *self, PyObject *unused)
 {
     (void)unused;
     int r = hwt_timeout_cancel(&self->node);
-    if (r < 0)
-        return PyErr_NoMemory();
-    return PyBool_FromLong(r);
+    if (r != HWT_OK && r != HWT_EFINAL) {
+        hwtimer_core_error(TIMER_OF(self), r, "cancel a timeout");
+        return NULL;
+    }
+    return PyBool_FromLong(r == HWT_OK);
 }
 
 static PyObject *timeout_reset(TimeoutObject *self, PyObject *delay)
@@ -288,9 +284,11 @@ static PyObject *timeout_reset(TimeoutObject *self, PyObject *delay)
     if (hwtimer_parse_delay(TIMER_OF(self)->state, delay, "delay", &ns) < 0)
         return NULL;
     int r = hwt_timeout_reset(&self->node, ns);
-    if (r < 0)
-        return PyErr_NoMemory();
-    return PyBool_FromLong(r);
+    if (r != HWT_OK && r != HWT_EFINAL) {
+        hwtimer_core_error(TIMER_OF(self), r, "reset a timeout");
+        return NULL;
+    }
+    return PyBool_FromLong(r == HWT_OK);
 }
 
 static PyObject *timeout_is_cancelled(TimeoutObject *self, PyObject *unused)

@@ -138,8 +138,10 @@ static int dispatch_wait_done(DispatchObject *self)
 static void dispatch_dealloc(DispatchObject *self)
 {
     PyTypeObject *tp = Py_TYPE(self);
-    pthread_cond_destroy(&self->done_cond);
-    pthread_mutex_destroy(&self->lock);
+    if (self->synced) {
+        pthread_cond_destroy(&self->done_cond);
+        pthread_mutex_destroy(&self->lock);
+    }
     Py_XDECREF(self->name);
     hwt_timer_decref(self->core);
     tp->tp_free(self);
@@ -179,14 +181,15 @@ static DispatchObject *dispatch_new(TimerObject *timer)
     d->pid = getpid();
     d->waits_for = NULL;
     d->name = PyUnicode_FromFormat("%U-dispatch", timer->name);
-    pthread_mutex_init(&d->lock, NULL);
+    int err = pthread_mutex_init(&d->lock, NULL);
     /* on the monotonic clock: stop() waits in slices to handle signals */
-    int err = hwt_cond_init(&d->done_cond);
+    if (!err && (err = hwt_cond_init(&d->done_cond)) != 0)
+        pthread_mutex_destroy(&d->lock);
+    d->synced = !err;
     if (err) {
-        pthread_cond_init(&d->done_cond, NULL); /* for dealloc to destroy */
         Py_DECREF(d);
-        errno = err;
-        return (DispatchObject *)PyErr_SetFromErrno(PyExc_OSError);
+        hwtimer_core_error(timer, err, "start the dispatch thread");
+        return NULL;
     }
     if (!d->name) {
         Py_DECREF(d);
@@ -257,11 +260,8 @@ void hwtimer_manual_unlock(TimerObject *self)
 static int manual_start(TimerObject *self)
 {
     int err = hwt_timer_start(self->core); /* only notes the clock */
-    if (err) {
-        errno = err;
-        PyErr_SetFromErrno(PyExc_OSError);
-        return -1;
-    }
+    if (err)
+        return hwtimer_core_error(self, err, "start the timer");
     live_add(self);
     return 0;
 }
@@ -330,9 +330,7 @@ int hwtimer_timer_start(TimerObject *self)
     int err = hwt_timer_start(self->core);
     if (err) {
         Py_DECREF(d);
-        errno = err;
-        PyErr_SetFromErrno(PyExc_OSError);
-        return -1;
+        return hwtimer_core_error(self, err, "start the timer");
     }
     self->dispatcher = (PyObject *)d;
     /* Running from here: a stop() while Thread.start() lets go of the GIL
@@ -545,10 +543,8 @@ static int make_core(TimerObject *self, double tick, uint32_t wheel)
     cfg.thread_name = native;
     self->tick_duration = (double)cfg.tick_ns / 1e9;
     self->core = hwt_timer_new(&cfg);
-    if (!self->core) {
-        PyErr_NoMemory();
-        return -1;
-    }
+    if (!self->core)
+        return hwtimer_core_error(self, errno, "create the timer");
     hwt_timer_default_sink(self->core)->owner = self;
     return 0;
 }
@@ -562,12 +558,12 @@ PyObject *hwtimer_timer_build(PyTypeObject *tp, const hwtimer_timer_args *a)
     long long ticks = a->default_ticks, max_pending = 0;
     if (a->ticks_per_wheel && parse_int_arg(a->ticks_per_wheel, "ticks_per_wheel", &ticks) < 0)
         return NULL;
-    if (ticks <= 0 || ticks > (long long)HWT_MAX_TICKS_PER_WHEEL) {
+    uint32_t wheel = 0;
+    if (ticks <= 0 || hwt_round_ticks((uint64_t)ticks, &wheel) != 0) {
         PyErr_Format(PyExc_ValueError, "ticks_per_wheel must be in 1..2**30, not %R",
                      a->ticks_per_wheel);
         return NULL;
     }
-    uint32_t wheel = hwt_round_ticks((uint64_t)ticks);
     if (tick * 1e9 >= 9.2e18 / wheel) {
         PyErr_SetString(PyExc_ValueError,
                         "tick_duration * ticks_per_wheel does not fit in 64-bit nanoseconds");
@@ -584,10 +580,12 @@ PyObject *hwtimer_timer_build(PyTypeObject *tp, const hwtimer_timer_args *a)
         return NULL;
     self->state = st;
     self->manual = a->manual;
-    if (self->manual && pthread_mutex_init(&self->advance_lock, NULL) != 0) {
+    int err = self->manual ? pthread_mutex_init(&self->advance_lock, NULL) : 0;
+    if (err) {
         self->manual = false;
         Py_DECREF(self);
-        return PyErr_NoMemory();
+        hwtimer_core_error(NULL, err, "create the timer");
+        return NULL;
     }
     self->max_pending = max_pending > 0 ? (int64_t)max_pending : 0;
     self->name = a->thread_name != Py_None ? (Py_INCREF(a->thread_name), a->thread_name)

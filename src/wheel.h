@@ -26,7 +26,8 @@
  * ticks, and timeouts due in the same tick keep their scheduling order.
  *
  * One thread at a time calls these (hwt.c: the worker, with the timer's
- * lock held).  Returns: 0 or an errno value; NULL for "none".
+ * lock held).  Errors follow hwt.h's rule: only init can fail, and it
+ * returns 0 or an errno value.
  */
 #ifndef HWT_WHEEL_H
 #define HWT_WHEEL_H

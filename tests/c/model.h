@@ -511,10 +511,10 @@ static void m_op_reset(m_run *r)
     int rc = hwt_timeout_reset(&it->to, delay);
     m_trace(r, "reset item %u (model %d) delay %" PRId64 " -> %d (deadline %" PRId64 ")", it->id,
             it->where, delay, rc, hwt_timeout_deadline(&it->to));
-    int expect = it->where == M_LIVE;
+    int expect = it->where == M_LIVE ? HWT_OK : HWT_EFINAL;
     M_CHECK(r, rc == expect, "reset of item %u (model state %d) returned %d, expected %d", it->id,
             it->where, rc, expect);
-    if (rc != 1)
+    if (rc != HWT_OK)
         return;
     m_reset_live(r, it, delay);
     r->resets++;
@@ -532,10 +532,10 @@ static void m_op_cancel(m_run *r)
     }
     int rc = hwt_timeout_cancel(&it->to);
     m_trace(r, "cancel item %u (model %d) -> %d", it->id, it->where, rc);
-    int expect = it->where == M_LIVE;
+    int expect = it->where == M_LIVE ? HWT_OK : HWT_EFINAL;
     M_CHECK(r, rc == expect, "cancel of item %u (model state %d) returned %d, expected %d", it->id,
             it->where, rc, expect);
-    if (rc == 1) {
+    if (rc == HWT_OK) {
         it->where = M_CANCELLED;
         r->cancelled++; /* a cancel counts at once */
         r->pending--;
@@ -605,10 +605,11 @@ static bool m_rearm(m_run *r, m_item *it, int64_t start, int64_t end, int during
 {
     int64_t d = it->deadline, rs = start - r->start, re = end - r->start;
     if (during == 1) { /* cancelled in its run: it ends, counted now */
-        M_CHECK(r, hwt_timeout_cancel(&it->to) == 1, "cancel of running item %u failed", it->id);
-        M_CHECK(r, hwt_timeout_cancel(&it->to) == 0, "second cancel of item %u", it->id);
+        M_CHECK(r, hwt_timeout_cancel(&it->to) == HWT_OK, "cancel of running item %u failed",
+                it->id);
+        M_CHECK(r, hwt_timeout_cancel(&it->to) == HWT_EFINAL, "second cancel of item %u", it->id);
     } else if (during == 2) { /* reset in its run: the next run is there */
-        M_CHECK(r, hwt_timeout_reset(&it->to, delay) == 1, "reset of running item %u", it->id);
+        M_CHECK(r, hwt_timeout_reset(&it->to, delay) == HWT_OK, "reset of running item %u", it->id);
         it->deadline = m_deadline_after(m_rel(r), delay);
     } else if (during == 3) { /* its task failed: it ends as expired */
         uint32_t s = hwt_timeout_finish(&it->to, HWT_EXPIRED);
@@ -1017,7 +1018,7 @@ static void m_stop(m_run *r)
     /* a stopped timer: nothing is accepted, nothing is cancelled, it stays stopped */
     m_item *it = r->items[0];
     if (first_returned)
-        M_CHECK(r, hwt_timeout_cancel(&first_returned->to) == 0,
+        M_CHECK(r, hwt_timeout_cancel(&first_returned->to) == HWT_EFINAL,
                 "cancel of a timeout stop returned");
     it->to.sink = hwt_timer_default_sink(r->t);
     int rc = hwt_timer_schedule(r->t, &it->to, 1);
@@ -1068,7 +1069,8 @@ static void m_setup(m_run *r, m_source *src, const char *what, size_t max_items)
     static const int64_t bases[] = {0, 1, INT64_C(1000000000000), INT64_C(1) << 61};
     k = m_below(src, 5);
     r->clock = k < 4 ? bases[k] : (int64_t)m_below(src, UINT64_C(1) << 40);
-    r->wheel = hwt_round_ticks(r->cfg.ticks_per_wheel);
+    M_CHECK(r, hwt_round_ticks(r->cfg.ticks_per_wheel, &r->wheel) == 0, "ticks_per_wheel %u",
+            r->cfg.ticks_per_wheel);
     /* ticks one advance may walk: ticking every tick visits every tick;
        otherwise only ticks with work are visited, and a timeout makes at
        most one per level, so any jump goes */

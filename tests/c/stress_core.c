@@ -315,9 +315,9 @@ static void *producer(void *arg)
             item *v = atomic_load_explicit(&sh->published[victim], memory_order_acquire);
             if (v) {
                 int rc = hwt_timeout_cancel(&v->to);
-                if (rc == 1)
+                if (rc == HWT_OK)
                     atomic_fetch_add(&v->cancel_wins, 1);
-                else if (rc != 0)
+                else if (rc != HWT_EFINAL)
                     fail("cancel returned %d", rc);
             }
         }
@@ -328,7 +328,7 @@ static void *producer(void *arg)
     /* settle: the far ones would otherwise stay pending */
     for (int i = 0; i < PER_PRODUCER; i++) {
         item *it = &sh->items[(size_t)pa->index * PER_PRODUCER + (size_t)i];
-        if (it->far && it->sched_rc == HWT_OK && hwt_timeout_cancel(&it->to) == 1)
+        if (it->far && it->sched_rc == HWT_OK && hwt_timeout_cancel(&it->to) == HWT_OK)
             atomic_fetch_add(&it->cancel_wins, 1);
     }
     return NULL;
@@ -621,7 +621,7 @@ static void ra_run(ra_shared *sh, ra_item *it, uint64_t *rng)
         uint64_t r = next_rand(rng);
         if (r % 8 == 0) /* a run longer than its period */
             sleep_ns(it->period + (int64_t)(r >> 8) % (2 * it->period));
-        if (r % 64 == 1 && hwt_timeout_reset(&it->to, (int64_t)(r >> 8) % 5000000) == 1)
+        if (r % 64 == 1 && hwt_timeout_reset(&it->to, (int64_t)(r >> 8) % 5000000) == HWT_OK)
             it->moved = true; /* from inside its run: moves the next one */
         atomic_fetch_sub(&it->running, 1);
         if (r % 97 == 2) { /* its task failed */
@@ -712,11 +712,11 @@ static void *ra_resetter(void *arg)
         ra_item *it =
             &sh->items[(size_t)(r % (RA_ONESHOT / RA_RESETTERS)) * RA_RESETTERS + (size_t)a->index];
         int64_t delay = (int64_t)((r >> 16) % 4000000);
-        if (hwt_timeout_reset(&it->to, delay) == 1)
+        if (hwt_timeout_reset(&it->to, delay) == HWT_OK)
             atomic_fetch_add(&sh->reset_wins, 1);
         if ((r >> 40) % 16 == 0) {
             ra_item *v = &sh->items[(r >> 44) % RA_TOTAL];
-            if (hwt_timeout_cancel(&v->to) == 1)
+            if (hwt_timeout_cancel(&v->to) == HWT_OK)
                 atomic_fetch_add(&v->cancel_wins, 1);
         }
         if ((r >> 50) % 8 == 0)
@@ -815,7 +815,7 @@ static void rearm_round(int64_t tick_ns, bool race_stop, uint64_t seed)
         pthread_join(res[i], NULL);
     if (!race_stop) {
         for (size_t i = 0; i < RA_TOTAL; i++) /* what still repeats or waits ends now */
-            if (hwt_timeout_cancel(&sh->items[i].to) == 1)
+            if (hwt_timeout_cancel(&sh->items[i].to) == HWT_OK)
                 atomic_fetch_add(&sh->items[i].cancel_wins, 1);
         int64_t give_up = hwt_monotonic_ns(NULL) + SETTLE_LIMIT_NS;
         while (hwt_timer_pending(sh->t) != 0 && hwt_monotonic_ns(NULL) < give_up)
