@@ -4,14 +4,16 @@
 #
 #   1. tests/c/model_test.c, the core against its reference model on a fake
 #      clock, built with ASan+UBSan (-fno-sanitize-recover=all);
-#   2. tests/c/stress_core.c, the real worker thread with concurrent
+#   2. tests/c/fault_test.c, each pthread init of the core failing in
+#      turn (the error reported, what was made undone), under ASan+UBSan;
+#   3. tests/c/stress_core.c, the real worker thread with concurrent
 #      producers, consumers and stop() races, under TSan, then ASan+UBSan;
-#   3. tests/c/fuzz_core.c under libFuzzer (+ASan+UBSan) for FUZZ_SECONDS,
+#   4. tests/c/fuzz_core.c under libFuzzer (+ASan+UBSan) for FUZZ_SECONDS,
 #      when clang with libFuzzer is there; otherwise a note says it was
 #      skipped.
 #
 # Needs: bash, coreutils, gcc with its sanitizer runtimes (Debian's gcc
-# brings libasan, libubsan and libtsan).  For step 3: clang, whose Debian
+# brings libasan, libubsan and libtsan).  For step 4: clang, whose Debian
 # package pulls libclang-rt-NN-dev, which holds libFuzzer.  The script
 # installs nothing, except that HWTIMER_INSTALL_CLANG=1 lets it run
 # `apt-get install -y clang` when clang is missing.
@@ -67,6 +69,10 @@ build() { # build OUTPUT SOURCE FLAGS...
 step "model test under ASan+UBSan (seed $SEED, $backend backend)"
 build model_asan model_test.c "${ASAN[@]}"
 timeout 900 "$work/model_asan" "$SEED" ${MODEL_ITERATIONS:+"$MODEL_ITERATIONS"}
+
+step "fault test under ASan+UBSan ($backend backend)"
+build fault_asan fault_test.c "${ASAN[@]}" -ldl
+timeout 300 "$work/fault_asan"
 
 step "stress test under TSan (seed $SEED, $backend backend)"
 build stress_tsan stress_core.c -fsanitize=thread

@@ -1,0 +1,252 @@
+/*
+ * fault_test.c: the core's error rule (hwt.h, "Errors") where the system
+ * fails.  This program defines pthread_mutex_init, pthread_cond_init and
+ * the condattr calls itself, so the core's calls reach these wrappers,
+ * which pass to the C library's (dlsym RTLD_NEXT) and count what is alive;
+ * one chosen call fails with EAGAIN instead.  Failing each call in turn
+ * checks that hwt_timer_new and hwt_sink_init report that error (not
+ * ENOMEM) and undo everything they had made, and that a child of fork()
+ * that cannot make a timer's condition variables again says so at start.
+ *
+ * Usage: fault_test.  Exits 0 when every check holds.
+ */
+#define _GNU_SOURCE
+#include "hwt.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static int calls;      /* counted init calls so far */
+static int fail_at;    /* the one that fails (1-based), or 0 */
+static int live_mutex; /* made and not yet destroyed */
+static int live_cond;  /* the same, condition variables */
+static int live_attr;  /* the same, condition variable attributes */
+static int checks_failed;
+
+#define CHECK(cond, ...)                                                                           \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "fault_test:%d: ", __LINE__);                                          \
+            fprintf(stderr, __VA_ARGS__);                                                          \
+            fputc('\n', stderr);                                                                   \
+            checks_failed++;                                                                       \
+        }                                                                                          \
+    } while (0)
+
+/* Whether this counted call is the one that fails. */
+static int injected(void)
+{
+    return ++calls == fail_at;
+}
+
+static void *real(const char *name)
+{
+    void *fn = dlsym(RTLD_NEXT, name);
+    if (!fn) {
+        fprintf(stderr, "fault_test: no %s in the C library\n", name);
+        abort();
+    }
+    return fn;
+}
+
+int pthread_mutex_init(pthread_mutex_t *m, const pthread_mutexattr_t *a)
+{
+    static int (*fn)(pthread_mutex_t *, const pthread_mutexattr_t *);
+    if (!fn)
+        fn = (int (*)(pthread_mutex_t *, const pthread_mutexattr_t *))real("pthread_mutex_init");
+    if (injected())
+        return EAGAIN;
+    int err = fn(m, a);
+    live_mutex += !err;
+    return err;
+}
+
+int pthread_mutex_destroy(pthread_mutex_t *m)
+{
+    static int (*fn)(pthread_mutex_t *);
+    if (!fn)
+        fn = (int (*)(pthread_mutex_t *))real("pthread_mutex_destroy");
+    live_mutex--;
+    return fn(m);
+}
+
+int pthread_cond_init(pthread_cond_t *c, const pthread_condattr_t *a)
+{
+    static int (*fn)(pthread_cond_t *, const pthread_condattr_t *);
+    if (!fn)
+        fn = (int (*)(pthread_cond_t *, const pthread_condattr_t *))real("pthread_cond_init");
+    if (injected())
+        return EAGAIN;
+    int err = fn(c, a);
+    live_cond += !err;
+    return err;
+}
+
+int pthread_cond_destroy(pthread_cond_t *c)
+{
+    static int (*fn)(pthread_cond_t *);
+    if (!fn)
+        fn = (int (*)(pthread_cond_t *))real("pthread_cond_destroy");
+    live_cond--;
+    return fn(c);
+}
+
+int pthread_condattr_init(pthread_condattr_t *a)
+{
+    static int (*fn)(pthread_condattr_t *);
+    if (!fn)
+        fn = (int (*)(pthread_condattr_t *))real("pthread_condattr_init");
+    if (injected())
+        return EAGAIN;
+    int err = fn(a);
+    live_attr += !err;
+    return err;
+}
+
+int pthread_condattr_destroy(pthread_condattr_t *a)
+{
+    static int (*fn)(pthread_condattr_t *);
+    if (!fn)
+        fn = (int (*)(pthread_condattr_t *))real("pthread_condattr_destroy");
+    live_attr--;
+    return fn(a);
+}
+
+int pthread_condattr_setclock(pthread_condattr_t *a, clockid_t clock)
+{
+    static int (*fn)(pthread_condattr_t *, clockid_t);
+    if (!fn)
+        fn = (int (*)(pthread_condattr_t *, clockid_t))real("pthread_condattr_setclock");
+    if (injected())
+        return EAGAIN;
+    return fn(a, clock);
+}
+
+static const hwt_config config = {.tick_ns = 1000000, .ticks_per_wheel = 64};
+
+/* Fails each init call of hwt_timer_new in turn; returns how many it has. */
+static int check_timer_new(void)
+{
+    for (int k = 1;; k++) {
+        calls = 0;
+        fail_at = k;
+        errno = 0;
+        hwt_timer *t = hwt_timer_new(&config);
+        fail_at = 0;
+        if (t) { /* k is past its last init: every failure point was seen */
+            hwt_timer_decref(t);
+            CHECK(!live_mutex && !live_cond && !live_attr, "timer freed, %d/%d/%d still alive",
+                  live_mutex, live_cond, live_attr);
+            return k - 1;
+        }
+        CHECK(errno == EAGAIN, "hwt_timer_new with init %d failing: errno %d, not EAGAIN", k,
+              errno);
+        CHECK(!live_mutex && !live_cond && !live_attr,
+              "hwt_timer_new with init %d failing left %d mutexes, %d conds, %d attrs", k,
+              live_mutex, live_cond, live_attr);
+        if (k > 100) {
+            CHECK(0, "hwt_timer_new never succeeds");
+            return k;
+        }
+    }
+}
+
+/* Fails each init call of hwt_sink_init in turn. */
+static void check_sink_init(void)
+{
+    hwt_timer *t = hwt_timer_new(&config);
+    CHECK(t != NULL, "hwt_timer_new failed: errno %d", errno);
+    if (!t)
+        return;
+    int mutexes = live_mutex, conds = live_cond;
+    hwt_sink s;
+    for (int k = 1; k <= 100; k++) {
+        calls = 0;
+        fail_at = k;
+        int err = hwt_sink_init(&s, t, NULL, -1, NULL);
+        fail_at = 0;
+        if (!err) {
+            CHECK(k > 2, "hwt_sink_init made its mutex and cond in %d calls", k - 1);
+            hwt_sink_destroy(&s);
+            break;
+        }
+        CHECK(err == EAGAIN, "hwt_sink_init with init %d failing returned %d, not EAGAIN", k, err);
+        CHECK(live_mutex == mutexes && live_cond == conds && !live_attr,
+              "hwt_sink_init with init %d failing left %d mutexes, %d conds, %d attrs", k,
+              live_mutex - mutexes, live_cond - conds, live_attr);
+    }
+    hwt_timer_decref(t);
+}
+
+/* A child of fork() whose first init call fails: the timer cannot be
+   used there, and start says why. */
+static void check_fork(void)
+{
+    hwt_timer *t = hwt_timer_new(&config);
+    CHECK(t != NULL, "hwt_timer_new failed: errno %d", errno);
+    if (!t)
+        return;
+    calls = 0;
+    fail_at = 1; /* only the child makes anything during fork() */
+    fflush(NULL);
+    pid_t pid = fork();
+    fail_at = 0;
+    if (pid == 0) {
+        int bad = 0;
+        bad |= !hwt_timer_orphaned(t);
+        bad |= (hwt_timer_start(t) != EAGAIN) << 1;
+        hwt_timeout to = {.sink = hwt_timer_default_sink(t)};
+        bad |= (hwt_timer_schedule(t, &to, 1) != HWT_ESTOPPED) << 2;
+        _exit(bad);
+    }
+    CHECK(pid > 0, "fork failed");
+    int status = 0;
+    if (pid > 0)
+        waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+          "fork child: status %#x (1: not orphaned, 2: start did not return EAGAIN, "
+          "4: schedule did not return HWT_ESTOPPED)",
+          WIFEXITED(status) ? WEXITSTATUS(status) : status);
+    /* the parent's timer is untouched: it starts and stops */
+    CHECK(!hwt_timer_orphaned(t), "the parent's timer is orphaned");
+    CHECK(hwt_timer_start(t) == 0, "the parent's timer does not start");
+    CHECK(hwt_timer_stop(t) == NULL, "stop returned timeouts");
+    hwt_timer_decref(t);
+}
+
+static void check_round_ticks(void)
+{
+    uint32_t n = 7;
+    CHECK(hwt_round_ticks(0, &n) == EINVAL && n == 7, "hwt_round_ticks(0)");
+    CHECK(hwt_round_ticks((uint64_t)HWT_MAX_TICKS_PER_WHEEL + 1, &n) == EINVAL && n == 7,
+          "hwt_round_ticks(2**30 + 1)");
+    CHECK(hwt_round_ticks(5, &n) == 0 && n == 8, "hwt_round_ticks(5): %u", n);
+    CHECK(hwt_round_ticks(HWT_MAX_TICKS_PER_WHEEL, &n) == 0 && n == HWT_MAX_TICKS_PER_WHEEL,
+          "hwt_round_ticks(2**30): %u", n);
+    hwt_config bad = config;
+    bad.ticks_per_wheel = 0;
+    errno = 0;
+    CHECK(hwt_timer_new(&bad) == NULL && errno == EINVAL, "hwt_timer_new, no wheel: errno %d",
+          errno);
+}
+
+int main(void)
+{
+    int points = check_timer_new();
+    /* 3 mutexes, 2 sinks' mutex and condition variable: at least 7 */
+    CHECK(points >= 7, "hwt_timer_new made %d objects, expected at least 7", points);
+    check_sink_init();
+    check_fork();
+    check_round_ticks();
+    if (checks_failed) {
+        fprintf(stderr, "fault_test: %d checks failed\n", checks_failed);
+        return 1;
+    }
+    printf("fault_test: %d failure points of hwt_timer_new, sink init, fork and rounding passed\n",
+           points);
+    return 0;
+}
