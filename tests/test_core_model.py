@@ -1,6 +1,7 @@
 """The C core on its own: builds tests/c/model_test.c (the core against a
-reference model, on a fake clock) and tests/c/stress_core.c (the real
-worker thread under concurrent producers and stop races) with the system C
+reference model, on a fake clock), tests/c/stress_core.c (the real
+worker thread under concurrent producers and stop races) and
+tests/c/fault_test.c (each pthread init failing in turn) with the system C
 compiler, warnings as errors, and runs them, on each backend of
 src/hwt_sys.c this system can build: Linux's futex one, the portable POSIX
 one, and the portable one with the relative timed waits macOS uses; and
@@ -67,7 +68,7 @@ def build(
     exe = tmp_path / Path(source).stem
     cmd = [compiler(), *CFLAGS, *BACKENDS[backend], f"-I{SRC}", f"-I{CDIR}", str(CDIR / source)]
     cmd += [str(core.get(name, SRC / name)) for name in CORE]
-    cmd += ["-o", str(exe)]
+    cmd += ["-o", str(exe), "-ldl"]  # fault_test.c's dlsym, in libc itself on newer systems
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, f"{' '.join(cmd)}\n{proc.stdout}{proc.stderr}"
     return exe
@@ -137,3 +138,13 @@ def test_core_under_concurrent_use(tmp_path: Path, backend: str) -> None:
     exe = build(tmp_path, "stress_core.c", backend=backend)
     proc = run([str(exe), str(random.randrange(2**32)), "6"], timeout=600)
     assert "all rounds passed" in proc.stdout
+
+
+@backends
+def test_core_reports_system_failures(tmp_path: Path, backend: str) -> None:
+    """Each pthread init the core makes fails in turn: hwt_timer_new and
+    hwt_sink_init return that error and leave nothing behind, and a fork
+    child that cannot remake a timer's condition variables cannot start it."""
+    exe = build(tmp_path, "fault_test.c", backend=backend)
+    proc = run([str(exe)], timeout=120)
+    assert "failure points of hwt_timer_new" in proc.stdout
