@@ -75,6 +75,43 @@ EXIT_WITH_PENDING = """
 EXIT_VARIANTS = ["pending", "firing", "task-running", "dropped", "several", "daemon-thread"]
 
 
+# start() when no thread can be made: the address space is capped just above
+# what the process maps, so the worker's stack cannot be mapped
+START_WITHOUT_ROOM = """
+import errno, resource, threading, hwtimer
+timer = hwtimer.HashedWheelTimer()
+vm = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmSize"))
+limits = resource.getrlimit(resource.RLIMIT_AS)
+resource.setrlimit(resource.RLIMIT_AS, (vm * 1024 + (4 << 20), limits[1]))
+try:
+    timer.start()
+except OSError as e:
+    failed = e
+else:
+    failed = None
+resource.setrlimit(resource.RLIMIT_AS, limits)
+assert isinstance(failed, OSError) and not isinstance(failed, MemoryError), repr(failed)
+assert failed.errno == errno.EAGAIN, repr(failed)
+assert not timer.pending_timeouts() and threading.active_count() == 1
+ran = threading.Event()
+timer.start()  # nothing was left half made: it starts once it can
+timer.new_timeout(lambda timeout: ran.set(), 0.01)
+assert ran.wait(30)
+timer.stop()
+print("ok")
+"""
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads VmSize from /proc")
+@pytest.mark.skipif("san.so" in os.environ.get("LD_PRELOAD", ""), reason="under a sanitizer")
+def test_start_without_room_for_a_thread_raises_oserror_with_its_errno() -> None:
+    """The core's pthread_create error reaches the user as OSError with that
+    errno (EAGAIN here), not MemoryError, and the timer can start later."""
+    proc = run_python(START_WITHOUT_ROOM, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "ok\n", proc.stdout
+
+
 def test_exit_with_50k_pending_timeouts_ten_times() -> None:
     for i in range(10):
         variant = EXIT_VARIANTS[i % len(EXIT_VARIANTS)]
