@@ -12,6 +12,7 @@ machine, so something expected within 50 ms is waited for up to 10 s.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import importlib.util
 import os
@@ -188,21 +189,38 @@ def load_example(name: str) -> Any:
     return module
 
 
-@pytest.fixture(params=["asyncio", "uvloop"])
+#: The event loops the asyncio tests run on, by the names event_loop() takes.
+LOOP_KINDS = ["asyncio", "uvloop"]
+
+
+@contextlib.contextmanager
+def event_loop(
+    kind: str | Callable[[], asyncio.AbstractEventLoop] = "asyncio",
+) -> Iterator[asyncio.AbstractEventLoop]:
+    """A new event loop, closed when the block ends however it ends: of a
+    kind in LOOP_KINDS ("uvloop" skips the test where it is missing), or
+    made by `kind` itself.  A test that looks at what happens once its loop
+    is closed does so after the block."""
+    if kind == "uvloop":
+        loop = pytest.importorskip("uvloop").new_event_loop()
+    elif kind == "asyncio":
+        loop = asyncio.new_event_loop()
+    else:
+        assert callable(kind), kind
+        loop = kind()
+    try:
+        yield loop
+    finally:
+        loop.close()
+
+
+@pytest.fixture(params=LOOP_KINDS)
 def run(request: pytest.FixtureRequest) -> Callable[..., Any]:
     """Runs a coroutine function to completion (60 s at most) on a new
     event loop: the test runs once on asyncio's, once on uvloop's."""
-    if request.param == "uvloop":
-        uvloop = pytest.importorskip("uvloop")
-        new_loop = uvloop.new_event_loop
-    else:
-        new_loop = asyncio.new_event_loop
 
     def run(main: Callable[[], Any]) -> Any:
-        loop = new_loop()
-        try:
+        with event_loop(request.param) as loop:
             return loop.run_until_complete(asyncio.wait_for(main(), 60))
-        finally:
-            loop.close()
 
     return run

@@ -25,21 +25,13 @@ from datetime import timedelta
 from typing import Any, Callable
 
 import pytest
+from conftest import LOOP_KINDS, event_loop
 
 import hwtimer
 
 HAVE_ASYNCIO_TIMEOUT = sys.version_info >= (3, 11)
 # Generous upper bound for anything that should happen "soon".
 SOON = 10.0
-
-
-def _new_asyncio_loop() -> asyncio.AbstractEventLoop:
-    return asyncio.new_event_loop()
-
-
-def _new_uvloop_loop() -> asyncio.AbstractEventLoop:
-    uvloop = pytest.importorskip("uvloop")
-    return uvloop.new_event_loop()
 
 
 class NoReaderLoop(asyncio.SelectorEventLoop):
@@ -50,29 +42,24 @@ class NoReaderLoop(asyncio.SelectorEventLoop):
         raise NotImplementedError
 
 
-@pytest.fixture(params=["asyncio", "uvloop", "no-reader"])
-def new_loop(request: pytest.FixtureRequest) -> Callable[[], asyncio.AbstractEventLoop]:
+@pytest.fixture(params=[*LOOP_KINDS, "no-reader"])
+def new_loop(request: pytest.FixtureRequest) -> str | Callable[[], asyncio.AbstractEventLoop]:
+    """What event_loop() makes this test's loops of."""
     if request.param == "uvloop":
         pytest.importorskip("uvloop")
-        return _new_uvloop_loop
-    if request.param == "no-reader":
-        return NoReaderLoop
-    return _new_asyncio_loop
+    return NoReaderLoop if request.param == "no-reader" else request.param
 
 
 @pytest.fixture
-def run(new_loop: Callable[[], asyncio.AbstractEventLoop]) -> Callable[..., Any]:
+def run(new_loop: str | Callable[[], asyncio.AbstractEventLoop]) -> Callable[..., Any]:
     """Runs a coroutine function to completion on a fresh loop, then closes it."""
 
     def run(main: Callable[[], Coroutine[Any, Any, Any]]) -> Any:
-        loop = new_loop()
-        try:
-            return loop.run_until_complete(main())
-        finally:
+        with event_loop(new_loop) as loop:
             try:
-                loop.run_until_complete(loop.shutdown_asyncgens())
+                return loop.run_until_complete(main())
             finally:
-                loop.close()
+                loop.run_until_complete(loop.shutdown_asyncgens())
 
     return run
 
@@ -344,7 +331,6 @@ def test_closed_and_collected_loop_drops_pending_callbacks(new_loop: Any) -> Non
     # never run, and what they hold is released.
     timer = hwtimer.default_timer()
     called: list[object] = []
-    loop = new_loop()
     payload = _Payload()
     watch = weakref.ref(payload)
 
@@ -353,8 +339,8 @@ def test_closed_and_collected_loop_drops_pending_callbacks(new_loop: Any) -> Non
             timer.call_later(0.05, called.append, payload)
         timer.call_later(0.3, called.append, payload)
 
-    loop.run_until_complete(schedule(payload))
-    loop.close()
+    with event_loop(new_loop) as loop:
+        loop.run_until_complete(schedule(payload))
     loop_watch = weakref.ref(loop)
     del loop, payload
     _wait_released(loop_watch, "the closed loop")
@@ -367,15 +353,14 @@ def test_collected_loop_releases_far_callbacks_at_once(new_loop: Any) -> None:
     # not keep what it holds for that hour: it is cancelled with its loop.
     timer = hwtimer.HashedWheelTimer(0.01, 64)
     try:
-        loop = new_loop()
         payload = _Payload()
         watch = weakref.ref(payload)
 
         async def schedule(payload: _Payload) -> hwtimer.Timeout:
             return timer.call_later(3600, print, payload)
 
-        handle = loop.run_until_complete(schedule(payload))
-        loop.close()
+        with event_loop(new_loop) as loop:
+            handle = loop.run_until_complete(schedule(payload))
         loop_watch = weakref.ref(loop)
         del loop, payload
         _wait_released(loop_watch, "the closed loop")
@@ -392,7 +377,6 @@ def test_closed_loop_never_runs_callbacks(new_loop: Any) -> None:
     # referenced) do not run; once the loop is gone, they are released.
     timer = hwtimer.default_timer()
     called: list[object] = []
-    loop = new_loop()
     payload = _Payload()
     watch = weakref.ref(payload)
 
@@ -400,8 +384,8 @@ def test_closed_loop_never_runs_callbacks(new_loop: Any) -> None:
         for _ in range(10):
             timer.call_later(0.02, called.append, payload)
 
-    loop.run_until_complete(schedule(payload))
-    loop.close()
+    with event_loop(new_loop) as loop:
+        loop.run_until_complete(schedule(payload))
     del payload
     time.sleep(0.2)
     assert called == []
@@ -414,22 +398,18 @@ def test_loop_not_running_then_resumed(new_loop: Any) -> None:
     # Callbacks that fall due between two run_until_complete calls run when
     # the loop runs again.
     timer = hwtimer.default_timer()
-    loop = new_loop()
-    try:
-        seen: list[int] = []
+    seen: list[int] = []
 
-        async def schedule() -> None:
-            timer.call_later(0.01, seen.append, 1)
+    async def schedule() -> None:
+        timer.call_later(0.01, seen.append, 1)
 
+    async def wait() -> None:
+        await _wait_until(lambda: seen == [1])
+
+    with event_loop(new_loop) as loop:
         loop.run_until_complete(schedule())
         time.sleep(0.1)
-
-        async def wait() -> None:
-            await _wait_until(lambda: seen == [1])
-
         loop.run_until_complete(wait())
-    finally:
-        loop.close()
 
 
 def test_ten_thousand_call_laters(run: Any) -> None:

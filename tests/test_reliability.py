@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import logging
 import math
 import os
@@ -23,19 +24,10 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from conftest import DEADLINE, run_python, wait_for
+from conftest import DEADLINE, LOOP_KINDS, event_loop, run_python, wait_for
 from test_lifecycle import FORK_PRELUDE
 
 import hwtimer
-
-LOOPS = ["asyncio", "uvloop"]
-
-
-def _new_loop(kind: str) -> asyncio.AbstractEventLoop:
-    if kind == "uvloop":
-        uvloop = pytest.importorskip("uvloop")
-        return uvloop.new_event_loop()
-    return asyncio.new_event_loop()
 
 
 @pytest.fixture
@@ -70,7 +62,7 @@ def _slow_cancel_factory(loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: A
     return SlowCancelTask(coro, loop=loop, **kwargs)
 
 
-@pytest.mark.parametrize("kind", LOOPS)
+@pytest.mark.parametrize("kind", LOOP_KINDS)
 def test_scope_expiries_on_loops_in_many_threads(kind: str, cpu_load: None) -> None:
     nloops, nscopes = 4, 60
     outcomes: list[list[str]] = [[] for _ in range(nloops)]
@@ -93,13 +85,10 @@ def test_scope_expiries_on_loops_in_many_threads(kind: str, cpu_load: None) -> N
         return list(await asyncio.gather(*(guarded(i) for i in range(nscopes))))
 
     def run_loop(k: int) -> None:
-        loop = _new_loop(kind)
-        loop.set_task_factory(_slow_cancel_factory)
-        loop.set_exception_handler(lambda loop, ctx: handler_calls.append(ctx))
-        try:
+        with event_loop(kind) as loop:
+            loop.set_task_factory(_slow_cancel_factory)
+            loop.set_exception_handler(lambda loop, ctx: handler_calls.append(ctx))
             outcomes[k] = loop.run_until_complete(main())
-        finally:
-            loop.close()
 
     threads = [threading.Thread(target=run_loop, args=(k,)) for k in range(nloops)]
     for t in threads:
@@ -328,20 +317,19 @@ def test_executor_cancelled_future_is_logged(
 # ---- 7. a closed loop the timer has delivered to ----
 
 
-@pytest.mark.parametrize("kind", LOOPS)
+@pytest.mark.parametrize("kind", LOOP_KINDS)
 def test_call_later_on_closed_known_loop_is_refused(
     kind: str, make_timer: Callable[..., hwtimer.HashedWheelTimer]
 ) -> None:
     timer = make_timer()
-    loop = _new_loop(kind)
 
     async def deliver() -> None:
-        fut = loop.create_future()
+        fut = asyncio.get_running_loop().create_future()
         timer.call_later(0.01, fut.set_result, None)
         await fut
 
-    loop.run_until_complete(deliver())
-    loop.close()
+    with event_loop(kind) as loop:
+        loop.run_until_complete(deliver())
     with pytest.raises(RuntimeError):
         timer.call_later(0.01, print, loop=loop)
     assert timer.pending_timeouts() == 0
@@ -380,7 +368,7 @@ def test_deadline_saturates_to_inf(
 # ---- 10. a scope entered after it was made ----
 
 
-@pytest.mark.parametrize("kind", LOOPS)
+@pytest.mark.parametrize("kind", LOOP_KINDS)
 @pytest.mark.parametrize(("delay", "late"), [(0.3, 0.6), (1.0, 0.5)])
 def test_scope_entered_late_expires_at_when(kind: str, delay: float, late: float) -> None:
     # entered `late` seconds after it was made: it expires at when(), made
@@ -397,11 +385,8 @@ def test_scope_entered_late_expires_at_when(kind: str, delay: float, late: float
             pass
         return cm.when(), entered, loop.time()
 
-    loop = _new_loop(kind)
-    try:
+    with event_loop(kind) as loop:
         when, entered, expired = loop.run_until_complete(main())
-    finally:
-        loop.close()
     assert expired >= when - 0.01
     assert expired - max(when, entered) < 0.25, (when, entered, expired)
 
@@ -436,9 +421,10 @@ def test_concurrent_new_loops_keep_one_sink_each(
     make_timer: Callable[..., hwtimer.HashedWheelTimer],
 ) -> None:
     timer = make_timer()
-    slow = SlowClosedLoop()
-    loops = [asyncio.new_event_loop() for _ in range(3)]
-    try:
+    with contextlib.ExitStack() as closing:
+        slow = closing.enter_context(event_loop(SlowClosedLoop))
+        loops = [closing.enter_context(event_loop()) for _ in range(3)]
+        closing.callback(timer.stop)  # first: the loops close after it
         before = _wake_fds()
         timer.call_later(100, print, loop=slow).cancel()
 
@@ -456,10 +442,6 @@ def test_concurrent_new_loops_keep_one_sink_each(
         for lp in loops:  # each loop has its sink: nothing new is made
             schedule(lp)
         assert _wake_fds() - before == 1 + len(loops)
-    finally:
-        timer.stop()
-        for lp in [slow, *loops]:
-            lp.close()
 
 
 # ---- 12. stop() can be interrupted ----
@@ -494,7 +476,7 @@ def test_stop_is_interruptible() -> None:
 # ---- 13. one rule per case ----
 
 
-@pytest.mark.parametrize("kind", LOOPS)
+@pytest.mark.parametrize("kind", LOOP_KINDS)
 def test_bool_and_nan_deadlines(kind: str) -> None:
     async def main() -> None:
         loop = asyncio.get_running_loop()
@@ -517,11 +499,8 @@ def test_bool_and_nan_deadlines(kind: str) -> None:
                 cm.reschedule(True)
             assert cm.when() is not None and cm.when() > loop.time()
 
-    loop = _new_loop(kind)
-    try:
+    with event_loop(kind) as loop:
         loop.run_until_complete(main())
-    finally:
-        loop.close()
 
 
 def test_empty_thread_name_is_refused() -> None:
@@ -543,7 +522,7 @@ def test_negative_max_pending_means_no_limit(
 # ---- 14. a scope binds when it is awaited ----
 
 
-@pytest.mark.parametrize("kind", LOOPS)
+@pytest.mark.parametrize("kind", LOOP_KINDS)
 def test_scope_binds_at_await_time(kind: str) -> None:
     async def main() -> list[str]:
         loop = asyncio.get_running_loop()
@@ -577,8 +556,5 @@ def test_scope_binds_at_await_time(kind: str) -> None:
         hwtimer.timeout(10).__aenter__().close()
         return outcome
 
-    loop = _new_loop(kind)
-    try:
+    with event_loop(kind) as loop:
         assert loop.run_until_complete(main()) == ["refused"]
-    finally:
-        loop.close()
