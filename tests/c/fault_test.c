@@ -53,78 +53,43 @@ static void *real(const char *name)
     return fn;
 }
 
-int pthread_mutex_init(pthread_mutex_t *m, const pthread_mutexattr_t *a)
-{
-    static int (*fn)(pthread_mutex_t *, const pthread_mutexattr_t *);
-    if (!fn)
-        fn = (int (*)(pthread_mutex_t *, const pthread_mutexattr_t *))real("pthread_mutex_init");
-    if (injected())
-        return EAGAIN;
-    int err = fn(m, a);
-    live_mutex += !err;
-    return err;
-}
+/* Defines the init call `name`: counted, failing when injected, and on
+   success one more of `live`. */
+#define WRAP_INIT(name, live, params, args)                                                        \
+    int name params                                                                                \
+    {                                                                                              \
+        static int (*fn) params;                                                                   \
+        if (!fn)                                                                                   \
+            fn = (int (*) params)real(#name);                                                      \
+        if (injected())                                                                            \
+            return EAGAIN;                                                                         \
+        int err = fn args;                                                                         \
+        live += !err;                                                                              \
+        return err;                                                                                \
+    }
 
-int pthread_mutex_destroy(pthread_mutex_t *m)
-{
-    static int (*fn)(pthread_mutex_t *);
-    if (!fn)
-        fn = (int (*)(pthread_mutex_t *))real("pthread_mutex_destroy");
-    live_mutex--;
-    return fn(m);
-}
+/* Defines the destroy call `name` of a `type`: one fewer of `live`. */
+#define WRAP_DESTROY(name, live, type)                                                             \
+    int name(type *p)                                                                              \
+    {                                                                                              \
+        static int (*fn)(type *);                                                                  \
+        if (!fn)                                                                                   \
+            fn = (int (*)(type *))real(#name);                                                     \
+        live--;                                                                                    \
+        return fn(p);                                                                              \
+    }
 
-int pthread_cond_init(pthread_cond_t *c, const pthread_condattr_t *a)
-{
-    static int (*fn)(pthread_cond_t *, const pthread_condattr_t *);
-    if (!fn)
-        fn = (int (*)(pthread_cond_t *, const pthread_condattr_t *))real("pthread_cond_init");
-    if (injected())
-        return EAGAIN;
-    int err = fn(c, a);
-    live_cond += !err;
-    return err;
-}
+static int live_clock; /* setclock makes nothing: counted here, never checked */
 
-int pthread_cond_destroy(pthread_cond_t *c)
-{
-    static int (*fn)(pthread_cond_t *);
-    if (!fn)
-        fn = (int (*)(pthread_cond_t *))real("pthread_cond_destroy");
-    live_cond--;
-    return fn(c);
-}
-
-int pthread_condattr_init(pthread_condattr_t *a)
-{
-    static int (*fn)(pthread_condattr_t *);
-    if (!fn)
-        fn = (int (*)(pthread_condattr_t *))real("pthread_condattr_init");
-    if (injected())
-        return EAGAIN;
-    int err = fn(a);
-    live_attr += !err;
-    return err;
-}
-
-int pthread_condattr_destroy(pthread_condattr_t *a)
-{
-    static int (*fn)(pthread_condattr_t *);
-    if (!fn)
-        fn = (int (*)(pthread_condattr_t *))real("pthread_condattr_destroy");
-    live_attr--;
-    return fn(a);
-}
-
-int pthread_condattr_setclock(pthread_condattr_t *a, clockid_t clock)
-{
-    static int (*fn)(pthread_condattr_t *, clockid_t);
-    if (!fn)
-        fn = (int (*)(pthread_condattr_t *, clockid_t))real("pthread_condattr_setclock");
-    if (injected())
-        return EAGAIN;
-    return fn(a, clock);
-}
+WRAP_INIT(pthread_mutex_init, live_mutex, (pthread_mutex_t *m, const pthread_mutexattr_t *a),
+          (m, a))
+WRAP_DESTROY(pthread_mutex_destroy, live_mutex, pthread_mutex_t)
+WRAP_INIT(pthread_cond_init, live_cond, (pthread_cond_t *c, const pthread_condattr_t *a), (c, a))
+WRAP_DESTROY(pthread_cond_destroy, live_cond, pthread_cond_t)
+WRAP_INIT(pthread_condattr_init, live_attr, (pthread_condattr_t *a), (a))
+WRAP_DESTROY(pthread_condattr_destroy, live_attr, pthread_condattr_t)
+WRAP_INIT(pthread_condattr_setclock, live_clock, (pthread_condattr_t *a, clockid_t clock),
+          (a, clock))
 
 static const hwt_config config = {.tick_ns = 1000000, .ticks_per_wheel = 64};
 
