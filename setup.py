@@ -4,7 +4,9 @@ HWTIMER_SANITIZE=address,undefined (or =thread) builds it with those gcc
 sanitizers, for scripts/sanitize.sh.  HWTIMER_WERROR=1 turns warnings into
 errors, as CI builds it.  HWTIMER_PORTABLE=1 builds the portable POSIX
 backend (src/hwt_sys.c) on Linux too, where it is tested; other systems get
-it anyway.
+it anyway.  HWTIMER_LIMITED_API=1 builds it against the limited API of
+CPython 3.10, into one wheel tagged cp310-abi3 that serves 3.10 and every
+later CPython.
 
 Before compiling, the build checks what it needs (the platform, Python.h, a
 working C compiler, pthread, the kernel headers) and stops with one line
@@ -170,8 +172,15 @@ class checked_build_ext(build_ext):
         super().build_extensions()
 
 
+limited_api = os.environ.get("HWTIMER_LIMITED_API", "0") not in ("", "0")
+options = {}
+if limited_api:
+    define_macros.append(("Py_LIMITED_API", "0x030A0000"))
+    options = {"bdist_wheel": {"py_limited_api": "cp310"}}
+
 if __name__ == "__main__":
     setup(
+        options=options,
         ext_modules=[
             Extension(
                 "hwtimer._hwtimer",
@@ -180,6 +189,7 @@ if __name__ == "__main__":
                 define_macros=define_macros,
                 extra_compile_args=compile_args,
                 extra_link_args=link_args,
+                py_limited_api=limited_api,
             )
         ],
         cmdclass={"build_ext": checked_build_ext},

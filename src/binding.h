@@ -14,6 +14,66 @@
 #include "hwt.h"
 #include "hwt_sys.h"
 
+/* ---- the limited API ----
+ * HWTIMER_LIMITED_API=1 builds with Py_LIMITED_API=0x030A0000: one abi3
+ * extension for CPython 3.10 and every later version.  3.10 is the oldest
+ * base: PyType_FromModuleAndSpec() and PyType_GetModuleState(), without
+ * which a type cannot reach its module's state, joined the stable ABI in
+ * 3.10 (3.9's headers declare them, its stable ABI does not hold them),
+ * and so did METH_FASTCALL.  What the limited API lacks is defined here
+ * from what it has, so that the files read the same in both builds; where
+ * the full API is faster the default build keeps it. */
+#ifdef Py_LIMITED_API
+/* borrowed references and no-fail sizes, as the macros give them */
+#define PyTuple_GET_SIZE(t)       PyTuple_Size(t)
+#define PyTuple_GET_ITEM(t, i)    PyTuple_GetItem(t, i)
+#define PyTuple_SET_ITEM(t, i, v) ((void)PyTuple_SetItem(t, i, v))
+#define PyList_GET_SIZE(l)        PyList_Size(l)
+#define PyList_GET_ITEM(l, i)     PyList_GetItem(l, i)
+#define PyList_SET_ITEM(l, i, v)  ((void)PyList_SetItem(l, i, v))
+#define PyDict_GET_SIZE(d)        PyDict_Size(d)
+#define PyFloat_AS_DOUBLE(f)      PyFloat_AsDouble(f)
+#define Py_SETREF(dst, src)                                                                        \
+    do {                                                                                           \
+        PyObject *_hwt_old = (PyObject *)(dst);                                                    \
+        (dst) = (src);                                                                             \
+        Py_DECREF(_hwt_old);                                                                       \
+    } while (0)
+#define Py_XSETREF(dst, src)                                                                       \
+    do {                                                                                           \
+        PyObject *_hwt_old = (PyObject *)(dst);                                                    \
+        (dst) = (src);                                                                             \
+        Py_XDECREF(_hwt_old);                                                                      \
+    } while (0)
+
+/* No vectorcall before 3.12's limited API: a call through a tuple. */
+static inline PyObject *PyObject_CallOneArg(PyObject *callable, PyObject *arg)
+{
+    return PyObject_CallFunctionObjArgs(callable, arg, NULL);
+}
+
+/* The type's slots, read through PyType_GetSlot(): the limited API does
+   not show PyTypeObject's fields (and reads static types' from 3.10). */
+#define HWT_TP_ALLOC(tp) ((allocfunc)PyType_GetSlot((tp), Py_tp_alloc))
+#define HWT_TP_FREE(tp)  ((freefunc)PyType_GetSlot((tp), Py_tp_free))
+#define HWT_HAS_FLOAT(o) (PyType_GetSlot(Py_TYPE(o), Py_nb_float) != NULL)
+/* The type's __name__, for error messages: valid until this thread's next
+   call (or "?" if the name cannot be read). */
+const char *hwtimer_type_name(PyTypeObject *tp);
+/* contextvars through Python: the limited API has no PyContext_* */
+#define HWT_COPY_CONTEXT(st)  PyObject_CallNoArgs((st)->copy_context)
+#define HWT_IS_CONTEXT(st, o) Py_IS_TYPE((o), (PyTypeObject *)(st)->context_type)
+#define HWT_NEW_CONTEXT(st)   PyObject_CallNoArgs((st)->context_type)
+#else
+#define HWT_COPY_CONTEXT(st)  PyContext_CopyCurrent()
+#define HWT_IS_CONTEXT(st, o) PyContext_CheckExact(o)
+#define HWT_NEW_CONTEXT(st)   PyContext_New()
+#define HWT_TP_ALLOC(tp)      ((tp)->tp_alloc)
+#define HWT_TP_FREE(tp)       ((tp)->tp_free)
+#define HWT_HAS_FLOAT(o)      (Py_TYPE(o)->tp_as_number && Py_TYPE(o)->tp_as_number->nb_float)
+#define hwtimer_type_name(tp) ((tp)->tp_name)
+#endif
+
 typedef struct TimerObject TimerObject;
 typedef struct TimeoutObject TimeoutObject;
 
@@ -37,6 +97,9 @@ typedef struct {
     PyObject *done_none;             /* owned: a _Done of None, shared */
     PyObject *empty_tuple;           /* owned */
     PyObject *empty_context;         /* owned: where scope deadlines run */
+    PyObject *context_type;          /* owned: contextvars.Context */
+    PyObject *copy_context;          /* owned: contextvars.copy_context */
+    PyObject *context_run;           /* owned: contextvars.Context.run */
     /* owned, from _setup_scopes(); NULL until hwtimer._asyncio is imported,
        the hooks also NULL where tasks have cancelling() (3.11+) */
     PyObject *default_timer, *current_task;
@@ -162,7 +225,7 @@ typedef struct DispatchObject {
     struct DispatchObject *waits_for;
 } DispatchObject;
 
-#define TIMEOUT_OF(n) ((TimeoutObject *)((char *)(n) - offsetof(TimeoutObject, node)))
+#define TIMEOUT_OF(n) ((TimeoutObject *)((char *)(n)-offsetof(TimeoutObject, node)))
 #define TIMER_OF(to)  ((TimerObject *)(to)->node.sink->owner)
 
 _Static_assert(offsetof(LoopTimeoutObject, period) == offsetof(PeriodicTimeoutObject, period),

@@ -29,7 +29,15 @@ static PyObject *sink_loop(LoopSinkObject *self)
 {
     PyObject *loop = self->owns_loop || !self->loop_ref ? self->loop : NULL;
     if (self->loop_ref && !self->owns_loop) {
-#if PY_VERSION_HEX >= 0x030D0000
+#ifdef Py_LIMITED_API
+        /* calling a weak reference gives a strong one, or None */
+        loop = PyObject_CallNoArgs(self->loop_ref);
+        if (!loop)
+            PyErr_Clear();
+        else if (loop == Py_None)
+            Py_CLEAR(loop);
+        return loop;
+#elif PY_VERSION_HEX >= 0x030D0000
         if (PyWeakref_GetRef(self->loop_ref, &loop) < 0)
             PyErr_Clear();
         return loop;
@@ -182,22 +190,53 @@ static void report_error(LoopSinkObject *self, PyObject *timeout)
     Py_XDECREF(tb);
 }
 
+#ifdef Py_LIMITED_API
+/* Returns Context.run(context, callback, *args): the limited API cannot
+   enter a context itself.  An entered context fails as PyContext_Enter()
+   does. */
+static PyObject *call_in_context(hwtimer_state *st, PyObject *context, LoopTimeoutObject *to)
+{
+    Py_ssize_t n = PyTuple_Size(to->args);
+    PyObject *args = n >= 0 ? PyTuple_New(n + 2) : NULL;
+    if (!args)
+        return NULL;
+    Py_INCREF(context);
+    PyTuple_SET_ITEM(args, 0, context);
+    Py_INCREF(to->base.task);
+    PyTuple_SET_ITEM(args, 1, to->base.task);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *arg = PyTuple_GET_ITEM(to->args, i);
+        Py_INCREF(arg);
+        PyTuple_SET_ITEM(args, i + 2, arg);
+    }
+    PyObject *r = PyObject_Call(st->context_run, args, NULL);
+    Py_DECREF(args);
+    return r;
+}
+#endif
+
 int hwtimer_loop_call(LoopTimeoutObject *to)
 {
     /* Scope deadlines all carry the module's empty context, and a context
        can be entered by one thread at a time: while one loop's expiry is
        inside task.cancel() with the GIL released, another loop's would be
        refused.  Each of them runs in an empty context of its own. */
-    PyObject *context = to->context == TIMER_OF(&to->base)->state->empty_context
-                            ? PyContext_New()
-                            : (Py_INCREF(to->context), to->context);
-    if (!context || PyContext_Enter(context) < 0) {
-        Py_XDECREF(context);
+    hwtimer_state *st = TIMER_OF(&to->base)->state;
+    PyObject *context = to->context == st->empty_context ? HWT_NEW_CONTEXT(st)
+                                                         : (Py_INCREF(to->context), to->context);
+    if (!context)
+        return -1;
+#ifdef Py_LIMITED_API
+    PyObject *r = call_in_context(st, context, to);
+#else
+    if (PyContext_Enter(context) < 0) {
+        Py_DECREF(context);
         return -1;
     }
     PyObject *r = PyObject_Call(to->base.task, to->args, NULL);
     if (PyContext_Exit(context) < 0)
         Py_CLEAR(r);
+#endif
     Py_DECREF(context);
     Py_XDECREF(r);
     return r ? 0 : -1;
@@ -600,7 +639,7 @@ static void sink_dealloc(LoopSinkObject *self)
         hwt_sink_destroy(&self->sink);
         hwt_timer_decref(core);
     }
-    tp->tp_free(self);
+    HWT_TP_FREE(tp)(self);
     Py_DECREF(tp);
 }
 

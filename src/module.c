@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <string.h>
 
 _Thread_local TimerObject *hwtimer_current_task_timer;
 
@@ -21,10 +22,24 @@ hwtimer_state *hwtimer_state_of_type(PyTypeObject *tp)
 {
     /* A Python subclass (hwtimer.testing.ManualTimer) has no module of its
        own: its C base has. */
+#ifdef Py_LIMITED_API
+    /* ht_module and tp_base are out of the limited API's sight */
+    for (;;) {
+        PyObject *module = PyType_GetModule(tp);
+        if (module)
+            return state_of_module(module);
+        PyTypeObject *base = (PyTypeObject *)PyType_GetSlot(tp, Py_tp_base);
+        if (!base || !PyType_HasFeature(base, Py_TPFLAGS_HEAPTYPE))
+            return NULL; /* with PyType_GetModule()'s TypeError */
+        PyErr_Clear();
+        tp = base;
+    }
+#else
     while (!((PyHeapTypeObject *)tp)->ht_module && tp->tp_base &&
            PyType_HasFeature(tp->tp_base, Py_TPFLAGS_HEAPTYPE))
         tp = tp->tp_base;
     return (hwtimer_state *)PyType_GetModuleState(tp);
+#endif
 }
 
 /* ---- argument parsing ---- */
@@ -32,7 +47,7 @@ hwtimer_state *hwtimer_state_of_type(PyTypeObject *tp)
 static int type_error(const char *what, PyObject *obj)
 {
     PyErr_Format(PyExc_TypeError, "%s must be a number of seconds or a timedelta, not %.200s", what,
-                 Py_TYPE(obj)->tp_name);
+                 hwtimer_type_name(Py_TYPE(obj)));
     return -1;
 }
 
@@ -67,8 +82,7 @@ int hwtimer_parse_seconds(hwtimer_state *st, PyObject *obj, const char *what, do
         *out = (double)(us / 1e6L);
         return 0;
     }
-    if (!PyFloat_Check(obj) && !PyLong_Check(obj) && !PyIndex_Check(obj) &&
-        !(Py_TYPE(obj)->tp_as_number && Py_TYPE(obj)->tp_as_number->nb_float))
+    if (!PyFloat_Check(obj) && !PyLong_Check(obj) && !PyIndex_Check(obj) && !HWT_HAS_FLOAT(obj))
         return type_error(what, obj);
     double d = PyFloat_AsDouble(obj);
     if (d == -1.0 && PyErr_Occurred())
@@ -117,8 +131,7 @@ int hwtimer_parse_delay(hwtimer_state *st, PyObject *obj, const char *what, int6
         return int_delay(obj, ns);
     if (PyBool_Check(obj))
         return type_error(what, obj);
-    PyNumberMethods *nb = Py_TYPE(obj)->tp_as_number;
-    if (PyLong_Check(obj) || (!PyFloat_Check(obj) && PyIndex_Check(obj) && !nb->nb_float)) {
+    if (PyLong_Check(obj) || (!PyFloat_Check(obj) && PyIndex_Check(obj) && !HWT_HAS_FLOAT(obj))) {
         /* an int, or what stands for one: exact, however large */
         PyObject *integer = PyNumber_Index(obj);
         if (!integer)
@@ -160,6 +173,30 @@ int hwtimer_core_error(TimerObject *timer, int err, const char *what)
     }
     return -1;
 }
+
+#ifdef Py_LIMITED_API
+const char *hwtimer_type_name(PyTypeObject *tp)
+{
+    static _Thread_local char buf[201];
+    Py_ssize_t n = 0;
+    PyObject *name = PyObject_GetAttrString((PyObject *)tp, "__name__");
+    const char *s = name && PyUnicode_Check(name) ? PyUnicode_AsUTF8AndSize(name, &n) : NULL;
+    if (!s) {
+        PyErr_Clear();
+        s = "?";
+        n = 1;
+    }
+    if (n > 200) { /* cut, as %.200s does, never inside a UTF-8 sequence */
+        n = 200;
+        while (n && ((unsigned char)s[n] & 0xC0) == 0x80)
+            n--;
+    }
+    memcpy(buf, s, (size_t)n);
+    buf[n] = '\0';
+    Py_XDECREF(name);
+    return buf;
+}
+#endif
 
 /* ---- logging ---- */
 
@@ -359,14 +396,18 @@ static int module_exec(PyObject *module)
         PyModule_AddStringConstant(module, "_backend", HWT_SYS_BACKEND) < 0)
         return -1;
     st->empty_tuple = PyTuple_New(0);
-    st->empty_context = PyContext_New();
+    st->context_type = import_attr("contextvars", "Context");
+    st->copy_context = import_attr("contextvars", "copy_context");
+    st->empty_context = st->context_type ? PyObject_CallNoArgs(st->context_type) : NULL;
+    st->context_run = st->context_type ? PyObject_GetAttrString(st->context_type, "run") : NULL;
     st->str_time = PyUnicode_InternFromString("time");
     st->str_get_loop = PyUnicode_InternFromString("get_loop");
     st->str_cancelling = PyUnicode_InternFromString("cancelling");
     st->str_cancel = PyUnicode_InternFromString("cancel");
     st->str_call_soon = PyUnicode_InternFromString("call_soon");
-    if (!st->empty_tuple || !st->empty_context || !st->str_time || !st->str_get_loop ||
-        !st->str_cancelling || !st->str_cancel || !st->str_call_soon)
+    if (!st->empty_tuple || !st->copy_context || !st->empty_context || !st->context_run ||
+        !st->str_time || !st->str_get_loop || !st->str_cancelling || !st->str_cancel ||
+        !st->str_call_soon)
         return -1;
     DoneObject *done = PyObject_New(DoneObject, st->done_type);
     if (!done)
@@ -426,6 +467,9 @@ static int module_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(st->done_none);
     Py_VISIT(st->empty_tuple);
     Py_VISIT(st->empty_context);
+    Py_VISIT(st->context_type);
+    Py_VISIT(st->copy_context);
+    Py_VISIT(st->context_run);
     Py_VISIT(st->default_timer);
     Py_VISIT(st->current_task);
     Py_VISIT(st->cancelling_hook);
@@ -467,6 +511,9 @@ static int module_clear(PyObject *module)
     Py_CLEAR(st->done_none);
     Py_CLEAR(st->empty_tuple);
     Py_CLEAR(st->empty_context);
+    Py_CLEAR(st->context_type);
+    Py_CLEAR(st->copy_context);
+    Py_CLEAR(st->context_run);
     Py_CLEAR(st->default_timer);
     Py_CLEAR(st->current_task);
     Py_CLEAR(st->cancelling_hook);

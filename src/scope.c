@@ -94,7 +94,7 @@ static void done_dealloc(DoneObject *self)
 {
     PyTypeObject *tp = Py_TYPE(self);
     Py_CLEAR(self->value);
-    tp->tp_free(self);
+    HWT_TP_FREE(tp)(self);
     Py_DECREF(tp);
 }
 
@@ -137,9 +137,13 @@ static hwtimer_state *scope_state(ScopeObject *self)
 /* obj.name(*args) for an interned name, without a bound method. */
 static PyObject *call_method(PyObject *obj, PyObject *name, PyObject *arg)
 {
+#ifdef Py_LIMITED_API
+    return PyObject_CallMethodObjArgs(obj, name, arg, NULL); /* a NULL `arg` ends the list */
+#else
     PyObject *args[2] = {obj, arg};
     return PyObject_VectorcallMethod(name, args, (arg ? 2 : 1) | PY_VECTORCALL_ARGUMENTS_OFFSET,
                                      NULL);
+#endif
 }
 
 /* loop.call_at(when, callback, context=context): where a deadline goes
@@ -256,14 +260,14 @@ static int scope_init(ScopeObject *self, PyObject *args, PyObject *kwds)
     double w;
     if (when != Py_None && ((!PyFloat_Check(when) && !PyLong_Check(when)) || PyBool_Check(when))) {
         PyErr_Format(PyExc_TypeError, "when must be a float or None, not %.200s",
-                     Py_TYPE(when)->tp_name);
+                     hwtimer_type_name(Py_TYPE(when)));
         return -1;
     }
     if (when != Py_None && check_deadline(when, "when", &w) < 0)
         return -1;
     if (timer != Py_None && !PyObject_TypeCheck(timer, st->timer_type)) {
         PyErr_Format(PyExc_TypeError, "timer must be a HashedWheelTimer or None, not %.200s",
-                     Py_TYPE(timer)->tp_name);
+                     hwtimer_type_name(Py_TYPE(timer)));
         return -1;
     }
     if (self->state != CREATED || self->task) {
@@ -292,7 +296,7 @@ static PyObject *scope_after(PyTypeObject *tp, PyObject *const *args, Py_ssize_t
     PyObject *timer = args[1];
     if (timer != Py_None && !PyObject_TypeCheck(timer, st->timer_type)) {
         PyErr_Format(PyExc_TypeError, "timer must be a HashedWheelTimer or None, not %.200s",
-                     Py_TYPE(timer)->tp_name);
+                     hwtimer_type_name(Py_TYPE(timer)));
         return NULL;
     }
     PyObject *loop = hwtimer_running_loop(st);
@@ -303,7 +307,7 @@ static PyObject *scope_after(PyTypeObject *tp, PyObject *const *args, Py_ssize_t
     Py_XDECREF(now_o);
     ScopeObject *self = NULL;
     if (!(now == -1.0 && PyErr_Occurred()))
-        self = (ScopeObject *)tp->tp_alloc(tp, 0);
+        self = (ScopeObject *)HWT_TP_ALLOC(tp)(tp, 0);
     if (self) {
         self->when = PyFloat_FromDouble(now + seconds);
         self->created_at = now;
@@ -534,7 +538,7 @@ static void scope_dealloc(ScopeObject *self)
     PyTypeObject *tp = Py_TYPE(self);
     PyObject_GC_UnTrack(self);
     scope_clear(self);
-    tp->tp_free(self);
+    HWT_TP_FREE(tp)(self);
     Py_DECREF(tp);
 }
 

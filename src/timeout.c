@@ -31,12 +31,22 @@ PyObject *hwtimer_timeout_new(TimerObject *timer, PyTypeObject *tp, hwt_sink *si
         st->free_timeouts = (TimeoutObject *)to->task;
         st->nfree--;
         PyObject_Init((PyObject *)to, tp);
+        memset((char *)to + FIELDS_OFFSET, 0, sizeof(TimeoutObject) - FIELDS_OFFSET);
     } else {
+#ifdef Py_LIMITED_API
+        /* tp_basicsize is out of the limited API's sight: tp_alloc zeroes
+           the whole object, and tracks it, which a pending one is not */
+        to = (TimeoutObject *)HWT_TP_ALLOC(tp)(tp, 0);
+        if (!to)
+            return NULL;
+        PyObject_GC_UnTrack(to);
+#else
         to = PyObject_GC_New(TimeoutObject, tp);
         if (!to)
             return NULL;
+        memset((char *)to + FIELDS_OFFSET, 0, (size_t)tp->tp_basicsize - FIELDS_OFFSET);
+#endif
     }
-    memset((char *)to + FIELDS_OFFSET, 0, (size_t)tp->tp_basicsize - FIELDS_OFFSET);
     to->node.sink = sink;
     Py_INCREF(task);
     to->task = task;
@@ -379,7 +389,7 @@ static void timeout_dealloc(TimeoutObject *self)
         st->free_timeouts = self;
         st->nfree++;
     } else {
-        tp->tp_free(self);
+        HWT_TP_FREE(tp)(self);
     }
     Py_DECREF(timer);
     Py_DECREF(tp);
@@ -414,7 +424,7 @@ PyObject *hwtimer_new_refused(PyTypeObject *tp, PyObject *args, PyObject *kwargs
 {
     (void)args;
     (void)kwargs;
-    PyErr_Format(PyExc_TypeError, "cannot create '%.100s' instances", tp->tp_name);
+    PyErr_Format(PyExc_TypeError, "cannot create '%.100s' instances", hwtimer_type_name(tp));
     return NULL;
 }
 

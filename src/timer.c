@@ -59,7 +59,7 @@ static void native_name(const char *name, char out[16])
    since ps and gdb showing a default name is no reason to fail a start. */
 static void set_native_name(PyObject *name)
 {
-    const char *s = PyUnicode_AsUTF8(name);
+    const char *s = PyUnicode_AsUTF8AndSize(name, NULL);
     if (!s) {
         PyErr_Clear();
         return;
@@ -144,7 +144,7 @@ static void dispatch_dealloc(DispatchObject *self)
     }
     Py_XDECREF(self->name);
     hwt_timer_decref(self->core);
-    tp->tp_free(self);
+    HWT_TP_FREE(tp)(self);
     Py_DECREF(tp);
 }
 
@@ -435,7 +435,8 @@ PyObject *hwtimer_timer_stop(TimerObject *self)
 static int parse_int_arg(PyObject *obj, const char *what, long long *out)
 {
     if (PyBool_Check(obj) || !PyIndex_Check(obj)) {
-        PyErr_Format(PyExc_TypeError, "%s must be an int, not %.200s", what, Py_TYPE(obj)->tp_name);
+        PyErr_Format(PyExc_TypeError, "%s must be an int, not %.200s", what,
+                     hwtimer_type_name(Py_TYPE(obj)));
         return -1;
     }
     PyObject *v = PyNumber_Index(obj);
@@ -482,7 +483,7 @@ static int check_name_and_executor(PyObject *name_o, PyObject *executor)
     if (name_o != Py_None) {
         if (!PyUnicode_Check(name_o)) {
             PyErr_Format(PyExc_TypeError, "thread_name must be a str or None, not %.200s",
-                         Py_TYPE(name_o)->tp_name);
+                         hwtimer_type_name(Py_TYPE(name_o)));
             return -1;
         }
         Py_ssize_t len;
@@ -507,7 +508,7 @@ static int check_name_and_executor(PyObject *name_o, PyObject *executor)
             PyErr_Format(PyExc_TypeError,
                          "executor must have a submit(fn, *args) method, like "
                          "concurrent.futures.Executor; %.200s has none",
-                         Py_TYPE(executor)->tp_name);
+                         hwtimer_type_name(Py_TYPE(executor)));
             return -1;
         }
     }
@@ -530,7 +531,7 @@ static int make_core(TimerObject *self, double tick, uint32_t wheel)
         .tick_ns = (int64_t)llround(tick * 1e9),
         .ticks_per_wheel = wheel,
         .max_pending = self->max_pending,
-        .thread_name = PyUnicode_AsUTF8(self->name),
+        .thread_name = PyUnicode_AsUTF8AndSize(self->name, NULL),
         .wake_every_tick = wake_every && *wake_every && strcmp(wake_every, "0") != 0,
         .manual = self->manual,
         .clock = self->manual ? manual_clock : NULL,
@@ -575,7 +576,7 @@ PyObject *hwtimer_timer_build(PyTypeObject *tp, const hwtimer_timer_args *a)
     if (check_name_and_executor(a->thread_name, a->executor) < 0)
         return NULL;
 
-    TimerObject *self = (TimerObject *)tp->tp_alloc(tp, 0);
+    TimerObject *self = (TimerObject *)HWT_TP_ALLOC(tp)(tp, 0);
     if (!self)
         return NULL;
     self->state = st;
@@ -685,7 +686,8 @@ static PyObject *timer_new_timeout(TimerObject *self, PyObject *const *args, Py_
     if (bind_args("new_timeout", names, 2, args, nargs, kwnames, a) < 0)
         return NULL;
     if (!PyCallable_Check(a[0])) {
-        PyErr_Format(PyExc_TypeError, "task must be callable, not %.200s", Py_TYPE(a[0])->tp_name);
+        PyErr_Format(PyExc_TypeError, "task must be callable, not %.200s",
+                     hwtimer_type_name(Py_TYPE(a[0])));
         return NULL;
     }
     int64_t delay;
@@ -741,7 +743,8 @@ static PyObject *timer_new_periodic(TimerObject *self, PyObject *args, PyObject 
                                      &delay_o, &missed_o))
         return NULL;
     if (!PyCallable_Check(task)) {
-        PyErr_Format(PyExc_TypeError, "task must be callable, not %.200s", Py_TYPE(task)->tp_name);
+        PyErr_Format(PyExc_TypeError, "task must be callable, not %.200s",
+                     hwtimer_type_name(Py_TYPE(task)));
         return NULL;
     }
     int64_t period, delay;
@@ -803,7 +806,7 @@ PyObject *hwtimer_call_every(TimerObject *self, int64_t delay, int64_t period_ns
     to->sink = sink; /* our reference moves there */
     Py_INCREF(args);
     to->args = args;
-    to->context = context ? (Py_INCREF(context), context) : PyContext_CopyCurrent();
+    to->context = context ? (Py_INCREF(context), context) : HWT_COPY_CONTEXT(self->state);
     /* tracked before it is scheduled: a failed submit's dealloc untracks it */
     hwtimer_loop_sink_track(to);
     if (!to->context ||
@@ -874,12 +877,12 @@ static PyObject *loop_call(TimerObject *self, bool periodic, PyObject *const *ar
     PyObject *callback = args[1];
     if (!PyCallable_Check(callback)) {
         PyErr_Format(PyExc_TypeError, "callback must be callable, not %.200s",
-                     Py_TYPE(callback)->tp_name);
+                     hwtimer_type_name(Py_TYPE(callback)));
         return NULL;
     }
-    if (context && context != Py_None && !PyContext_CheckExact(context)) {
+    if (context && context != Py_None && !HWT_IS_CONTEXT(self->state, context)) {
         PyErr_Format(PyExc_TypeError, "context must be a contextvars.Context, not %.200s",
-                     Py_TYPE(context)->tp_name);
+                     hwtimer_type_name(Py_TYPE(context)));
         return NULL;
     }
     PyObject *owned_loop = NULL;
@@ -1021,30 +1024,45 @@ static int timer_clear(TimerObject *self)
     return 0;
 }
 
-/* A running timer that is garbage: warn, then stop it. */
-static void timer_finalize(TimerObject *self)
+/* A running timer that is garbage: warns (from `source`, or none) and
+   stops it. */
+static void stop_unstopped(TimerObject *self, PyObject *source)
 {
     if (!self->live)
         return;
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
-    if (PyErr_ResourceWarning((PyObject *)self, 1, "unstopped timer %R", self) < 0)
-        PyErr_WriteUnraisable((PyObject *)self);
+    if (PyErr_ResourceWarning(source, 1, "unstopped timer %R", self) < 0)
+        PyErr_WriteUnraisable(source);
     PyObject *r = hwtimer_timer_stop(self);
     if (!r)
-        PyErr_WriteUnraisable((PyObject *)self);
+        PyErr_WriteUnraisable(source);
     Py_XDECREF(r);
     PyErr_Restore(type, value, tb);
+}
+
+static void timer_finalize(TimerObject *self)
+{
+    stop_unstopped(self, (PyObject *)self);
 }
 
 static void timer_dealloc(TimerObject *self)
 {
     PyTypeObject *tp = Py_TYPE(self);
+#ifndef Py_LIMITED_API
     if (PyObject_CallFinalizerFromDealloc((PyObject *)self) < 0)
         return; /* resurrected */
+#endif
     PyObject_GC_UnTrack(self);
     if (self->weakreflist)
         PyObject_ClearWeakRefs((PyObject *)self);
+#ifdef Py_LIMITED_API
+    /* No PyObject_CallFinalizerFromDealloc(), which would lend the object
+       a reference while it is finalized: nothing may reach it now, so the
+       warning has no source, and no weak reference gives it out while
+       stop() waits with the GIL released. */
+    stop_unstopped(self, NULL);
+#endif
     live_remove(self);
     if (self->loop_sinks) {
         /* Closing the sinks asks their loops is_closed(), and clears what
@@ -1063,7 +1081,7 @@ static void timer_dealloc(TimerObject *self)
         hwt_timer_decref(self->core);
     if (self->manual)
         pthread_mutex_destroy(&self->advance_lock);
-    tp->tp_free(self);
+    HWT_TP_FREE(tp)(self);
     Py_DECREF(tp);
 }
 
