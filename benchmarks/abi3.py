@@ -1,0 +1,250 @@
+"""What the stable-ABI (abi3) build costs against the full-API build.
+
+One command builds both from this checkout and measures them side by side::
+
+    python benchmarks/abi3.py [--repeats 9] [--quick] [--json PATH]
+
+It builds the extension twice into temporary directories, as pip installs
+it (``HWTIMER_LIMITED_API=0`` and ``=1``), then runs the cases below in
+fresh interpreters, one build after the other, alternating which goes
+first, for ``--repeats`` rounds.  Each figure is the median over the rounds
+with the minimum and maximum beside it, and the last column is the abi3
+build's median over the full build's.
+
+Cases, each in ns per operation (``time.perf_counter_ns``):
+
+1. pair: ``new_timeout`` then ``cancel()`` (random delays of 1 to 60 s);
+2. burst: 100k ``new_timeout`` tasks due in the same tick, per task from
+   the first call to the last on the dispatch thread;
+3. loop burst: the same with ``call_later`` callbacks on an asyncio loop;
+4. scope: ``async with hwtimer.timeout(10): pass`` in one task.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import glob
+import json
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+BUILDS = {"full": "0", "abi3": "1"}  # name: HWTIMER_LIMITED_API
+CASES = ["pair", "burst", "loop burst", "scope"]
+SIZES = {"pair": 200_000, "burst": 100_000, "scope": 100_000}
+QUICK = {"pair": 50_000, "burst": 20_000, "scope": 20_000}
+
+# ---- the cases, run in a worker process ----
+
+
+def noop(*args) -> None:
+    pass
+
+
+def case_pair(n: int) -> float:
+    import hwtimer
+
+    with hwtimer.HashedWheelTimer(0.001, 4096) as timer:
+        new_timeout = timer.new_timeout
+        delays = [random.uniform(1.0, 60.0) for _ in range(1000)]
+        for d in delays * 10:  # warm the free list and the caches
+            new_timeout(noop, d).cancel()
+        best = []
+        for _ in range(3):
+            t0 = time.perf_counter_ns()
+            for i in range(n):
+                new_timeout(noop, delays[i % 1000]).cancel()
+            best.append((time.perf_counter_ns() - t0) / n)
+        return statistics.median(best)
+
+
+def counting(n: int, on_done):
+    """A callback that counts its calls and notes the time of the first and
+    the n-th: the burst's span."""
+    times = [0, 0]
+    count = 0
+    clock = time.perf_counter_ns
+
+    def callback(*args) -> None:
+        nonlocal count
+        count += 1
+        if count == 1:
+            times[0] = clock()
+        elif count == n:
+            times[1] = clock()
+            on_done()
+
+    return callback, times
+
+
+def case_burst(n: int) -> float:
+    import hwtimer
+
+    with hwtimer.HashedWheelTimer(0.001, 4096) as timer:
+        done = threading.Event()
+        task, times = counting(n, done.set)
+        target = time.monotonic() + 0.2 + n * 4e-6
+        new_timeout, mono = timer.new_timeout, time.monotonic
+        for _ in range(n):
+            new_timeout(task, target - mono())
+        if not done.wait(120):
+            raise RuntimeError("burst did not finish")
+    return (times[1] - times[0]) / (n - 1)
+
+
+def case_loop_burst(n: int) -> float:
+    import hwtimer
+
+    loop = asyncio.new_event_loop()
+    with hwtimer.HashedWheelTimer(0.001, 4096) as timer:
+        fut = loop.create_future()
+        callback, times = counting(n, lambda: fut.set_result(None))
+
+        async def main() -> None:
+            target = time.monotonic() + 0.2 + n * 6e-6
+            call_later, mono = timer.call_later, time.monotonic
+            for _ in range(n):
+                call_later(target - mono(), callback)
+            await asyncio.wait_for(fut, 120)
+
+        loop.run_until_complete(main())
+    loop.close()
+    return (times[1] - times[0]) / (n - 1)
+
+
+def case_scope(n: int) -> float:
+    import hwtimer
+
+    loop = asyncio.new_event_loop()
+    with hwtimer.HashedWheelTimer(0.001, 4096) as timer:
+
+        async def scopes(k: int) -> int:
+            t0 = time.perf_counter_ns()
+            for _ in range(k):
+                async with hwtimer.timeout(10, timer=timer):
+                    pass
+            return time.perf_counter_ns() - t0
+
+        loop.run_until_complete(scopes(n // 10))  # warm up
+        best = [loop.run_until_complete(scopes(n)) / n for _ in range(3)]
+    loop.close()
+    return statistics.median(best)
+
+
+def worker(sizes: dict) -> dict:
+    import hwtimer._hwtimer as ext
+
+    random.seed(15)
+    return {
+        "module": os.path.basename(ext.__file__),
+        "pair": case_pair(sizes["pair"]),
+        "burst": case_burst(sizes["burst"]),
+        "loop burst": case_loop_burst(sizes["burst"]),
+        "scope": case_scope(sizes["scope"]),
+    }
+
+
+# ---- the driver ----
+
+
+def copy_checkout(dest: str) -> None:
+    """Copies the checkout without its build products, so that no stale
+    extension of the other build slips into this one."""
+    ignore = shutil.ignore_patterns(
+        ".git", "build", "*.egg-info", "__pycache__", "*.so", ".*_cache", "results"
+    )
+    shutil.copytree(ROOT, dest, ignore=ignore)
+
+
+def build(name: str, limited: str, tmp: str) -> str:
+    """Installs the package built with HWTIMER_LIMITED_API=`limited` into a
+    directory of its own; returns that directory."""
+    src, target = os.path.join(tmp, f"src-{name}"), os.path.join(tmp, name)
+    copy_checkout(src)
+    env = dict(os.environ, HWTIMER_LIMITED_API=limited)
+    cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-cache-dir"]
+    subprocess.run(cmd + ["--target", target, src], check=True, env=env)
+    found = [os.path.basename(p) for p in glob.glob(os.path.join(target, "hwtimer", "*.so"))]
+    want_abi3 = limited == "1"
+    if len(found) != 1 or found[0].endswith(".abi3.so") != want_abi3:
+        raise RuntimeError(f"the {name} build holds {found}, not one {name} extension")
+    return target
+
+
+def run_worker(path: str, sizes: dict, cwd: str) -> dict:
+    env = dict(os.environ, PYTHONPATH=path)
+    env.pop("HWTIMER_WAKE_EVERY_TICK", None)
+    cmd = [sys.executable, os.path.abspath(__file__), "--worker", json.dumps(sizes)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd, timeout=900)
+    if proc.returncode != 0:
+        raise RuntimeError(f"worker failed:\n{proc.stderr[-4000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def summarize(rounds: dict) -> dict:
+    out = {}
+    for case in CASES:
+        row = {}
+        for name in BUILDS:
+            values = [r[case] for r in rounds[name]]
+            row[name] = {
+                "median": statistics.median(values),
+                "min": min(values),
+                "max": max(values),
+            }
+        row["abi3/full"] = row["abi3"]["median"] / row["full"]["median"]
+        out[case] = row
+    return out
+
+
+def print_table(summary: dict, repeats: int) -> None:
+    print(
+        f"\nns per operation, median (min-max) of {repeats} interleaved rounds, "
+        f"Python {sys.version.split()[0]}"
+    )
+    print(f"{'case':<12} {'full API':>22} {'abi3':>22} {'abi3/full':>10}")
+    for case, row in summary.items():
+        cells = [
+            f"{row[n]['median']:.0f} ({row[n]['min']:.0f}-{row[n]['max']:.0f})" for n in BUILDS
+        ]
+        print(f"{case:<12} {cells[0]:>22} {cells[1]:>22} {row['abi3/full']:>9.2f}x")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=9, help="interleaved rounds (default 9)")
+    parser.add_argument("--quick", action="store_true", help="smaller sizes, a quick check")
+    parser.add_argument("--json", help="also write the figures to this file")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        print(json.dumps(worker(json.loads(args.worker))))
+        return 0
+    sizes = QUICK if args.quick else SIZES
+    rounds: dict[str, list[dict]] = {name: [] for name in BUILDS}
+    with tempfile.TemporaryDirectory(prefix="hwtimer-abi3-") as tmp:
+        paths = {name: build(name, limited, tmp) for name, limited in BUILDS.items()}
+        for r in range(args.repeats):
+            order = list(BUILDS) if r % 2 == 0 else list(reversed(BUILDS))
+            for name in order:
+                rounds[name].append(run_worker(paths[name], sizes, tmp))
+            print(f"round {r + 1}/{args.repeats} done", file=sys.stderr)
+    summary = summarize(rounds)
+    print_table(summary, args.repeats)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"python": sys.version, "sizes": sizes, "summary": summary}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
