@@ -176,7 +176,9 @@ limited_api = os.environ.get("HWTIMER_LIMITED_API", "0") not in ("", "0")
 options = {}
 if limited_api:
     define_macros.append(("Py_LIMITED_API", "0x030A0000"))
-    options = {"bdist_wheel": {"py_limited_api": "cp310"}}
+    # a build directory of its own, or a full-API extension left in build/
+    # would be packed into the abi3 wheel beside the abi3 one
+    options = {"bdist_wheel": {"py_limited_api": "cp310"}, "build": {"build_base": "build/abi3"}}
 
 if __name__ == "__main__":
     setup(
