@@ -11,7 +11,10 @@ first, for ``--repeats`` rounds.  Each figure is the median over the rounds
 with the minimum and maximum beside it, and the last column is the abi3
 build's median over the full build's.
 
-Cases, each in ns per operation (``time.perf_counter_ns``):
+Cases, each in ns per operation, on two clocks: wall time
+(``time.perf_counter_ns``) and the CPU time of the thread doing the work
+(``time.thread_time_ns``), the steadier one on a machine shared with other
+work:
 
 1. pair: ``new_timeout`` then ``cancel()`` (random delays of 1 to 60 s);
 2. burst: 100k ``new_timeout`` tasks due in the same tick, per task from
@@ -50,7 +53,20 @@ def noop(*args) -> None:
     pass
 
 
-def case_pair(n: int) -> float:
+def clocks() -> tuple[int, int]:
+    return time.perf_counter_ns(), time.thread_time_ns()
+
+
+def per_op(start: tuple[int, int], end: tuple[int, int], n: int) -> list[float]:
+    """[wall, cpu] ns per operation from two clocks() readings."""
+    return [(e - s) / n for s, e in zip(start, end)]
+
+
+def median_of(runs: list[list[float]]) -> list[float]:
+    return [statistics.median(r[i] for r in runs) for i in range(2)]
+
+
+def case_pair(n: int) -> list[float]:
     import hwtimer
 
     with hwtimer.HashedWheelTimer(0.001, 4096) as timer:
@@ -58,35 +74,34 @@ def case_pair(n: int) -> float:
         delays = [random.uniform(1.0, 60.0) for _ in range(1000)]
         for d in delays * 10:  # warm the free list and the caches
             new_timeout(noop, d).cancel()
-        best = []
+        runs = []
         for _ in range(3):
-            t0 = time.perf_counter_ns()
+            t0 = clocks()
             for i in range(n):
                 new_timeout(noop, delays[i % 1000]).cancel()
-            best.append((time.perf_counter_ns() - t0) / n)
-        return statistics.median(best)
+            runs.append(per_op(t0, clocks(), n))
+        return median_of(runs)
 
 
 def counting(n: int, on_done):
-    """A callback that counts its calls and notes the time of the first and
-    the n-th: the burst's span."""
-    times = [0, 0]
+    """A callback that counts its calls and notes the clocks() of the first
+    and the n-th: the burst's span, all on the thread that runs them."""
+    times = [(0, 0), (0, 0)]
     count = 0
-    clock = time.perf_counter_ns
 
     def callback(*args) -> None:
         nonlocal count
         count += 1
         if count == 1:
-            times[0] = clock()
+            times[0] = clocks()
         elif count == n:
-            times[1] = clock()
+            times[1] = clocks()
             on_done()
 
     return callback, times
 
 
-def case_burst(n: int) -> float:
+def case_burst(n: int) -> list[float]:
     import hwtimer
 
     with hwtimer.HashedWheelTimer(0.001, 4096) as timer:
@@ -98,10 +113,10 @@ def case_burst(n: int) -> float:
             new_timeout(task, target - mono())
         if not done.wait(120):
             raise RuntimeError("burst did not finish")
-    return (times[1] - times[0]) / (n - 1)
+    return per_op(times[0], times[1], n - 1)
 
 
-def case_loop_burst(n: int) -> float:
+def case_loop_burst(n: int) -> list[float]:
     import hwtimer
 
     loop = asyncio.new_event_loop()
@@ -118,26 +133,26 @@ def case_loop_burst(n: int) -> float:
 
         loop.run_until_complete(main())
     loop.close()
-    return (times[1] - times[0]) / (n - 1)
+    return per_op(times[0], times[1], n - 1)
 
 
-def case_scope(n: int) -> float:
+def case_scope(n: int) -> list[float]:
     import hwtimer
 
     loop = asyncio.new_event_loop()
     with hwtimer.HashedWheelTimer(0.001, 4096) as timer:
 
-        async def scopes(k: int) -> int:
-            t0 = time.perf_counter_ns()
+        async def scopes(k: int) -> list[float]:
+            t0 = clocks()
             for _ in range(k):
                 async with hwtimer.timeout(10, timer=timer):
                     pass
-            return time.perf_counter_ns() - t0
+            return per_op(t0, clocks(), k)
 
         loop.run_until_complete(scopes(n // 10))  # warm up
-        best = [loop.run_until_complete(scopes(n)) / n for _ in range(3)]
+        runs = [loop.run_until_complete(scopes(n)) for _ in range(3)]
     loop.close()
-    return statistics.median(best)
+    return median_of(runs)
 
 
 def worker(sizes: dict) -> dict:
@@ -190,12 +205,14 @@ def run_worker(path: str, sizes: dict, cwd: str) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def summarize(rounds: dict) -> dict:
+def summarize(rounds: dict, clock: int) -> dict:
+    """Per case and build, the median, min and max of one clock (0: wall,
+    1: CPU) over the rounds."""
     out = {}
     for case in CASES:
         row = {}
         for name in BUILDS:
-            values = [r[case] for r in rounds[name]]
+            values = [r[case][clock] for r in rounds[name]]
             row[name] = {
                 "median": statistics.median(values),
                 "min": min(values),
@@ -206,9 +223,9 @@ def summarize(rounds: dict) -> dict:
     return out
 
 
-def print_table(summary: dict, repeats: int) -> None:
+def print_table(summary: dict, repeats: int, clock: str) -> None:
     print(
-        f"\nns per operation, median (min-max) of {repeats} interleaved rounds, "
+        f"\n{clock} ns per operation, median (min-max) of {repeats} interleaved rounds, "
         f"Python {sys.version.split()[0]}"
     )
     print(f"{'case':<12} {'full API':>22} {'abi3':>22} {'abi3/full':>10}")
@@ -238,8 +255,9 @@ def main(argv: list[str] | None = None) -> int:
             for name in order:
                 rounds[name].append(run_worker(paths[name], sizes, tmp))
             print(f"round {r + 1}/{args.repeats} done", file=sys.stderr)
-    summary = summarize(rounds)
-    print_table(summary, args.repeats)
+    summary = {clock: summarize(rounds, i) for i, clock in enumerate(["wall", "cpu"])}
+    for clock, table in summary.items():
+        print_table(table, args.repeats, clock)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"python": sys.version, "sizes": sizes, "summary": summary}, f, indent=1)
