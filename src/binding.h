@@ -33,18 +33,16 @@
 #define PyList_SET_ITEM(l, i, v)  ((void)PyList_SetItem(l, i, v))
 #define PyDict_GET_SIZE(d)        PyDict_Size(d)
 #define PyFloat_AS_DOUBLE(f)      PyFloat_AsDouble(f)
-#define Py_SETREF(dst, src)                                                                        \
+/* Py_SETREF and Py_XSETREF: `dst` takes `src`, then its old value is
+   dropped with `decref` */
+#define HWT_SETREF(dst, src, decref)                                                               \
     do {                                                                                           \
         PyObject *_hwt_old = (PyObject *)(dst);                                                    \
         (dst) = (src);                                                                             \
-        Py_DECREF(_hwt_old);                                                                       \
+        decref(_hwt_old);                                                                          \
     } while (0)
-#define Py_XSETREF(dst, src)                                                                       \
-    do {                                                                                           \
-        PyObject *_hwt_old = (PyObject *)(dst);                                                    \
-        (dst) = (src);                                                                             \
-        Py_XDECREF(_hwt_old);                                                                      \
-    } while (0)
+#define Py_SETREF(dst, src)  HWT_SETREF(dst, src, Py_DECREF)
+#define Py_XSETREF(dst, src) HWT_SETREF(dst, src, Py_XDECREF)
 
 /* No vectorcall before 3.12's limited API: a call through a tuple. */
 static inline PyObject *PyObject_CallOneArg(PyObject *callable, PyObject *arg)
