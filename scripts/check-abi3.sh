@@ -17,31 +17,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
-work=$(mktemp -d /tmp/hwtimer-abi3.XXXXXX)
-trap 'rm -rf "$work"' EXIT
+# shellcheck source=scripts/lib-dist.sh
+source scripts/lib-dist.sh abi3
 out=${ABI3_OUT:-$work/out}
 mkdir -p "$out"
-export PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1
-
-step() { printf '\n---- %s\n' "$*"; }
-fail() {
-    printf 'check-abi3: %s\n' "$*" >&2
-    exit 1
-}
-
-# The CPythons to test: the newest patch release of each 3.N (N >= 10) that
-# pyenv has, or python3 alone without pyenv.
-pythons() {
-    if command -v pyenv >/dev/null 2>&1; then
-        local v
-        for v in $(pyenv versions --bare | grep -E '^3\.(1[0-9]|[2-9][0-9])\.[0-9]+$' |
-            sort -V | awk -F. '{last[$1"."$2]=$0} END {for (k in last) print last[k]}' | sort -V); do
-            echo "$(pyenv root)/versions/$v/bin/python"
-        done
-    else
-        command -v python3
-    fi
-}
 
 step "tools"
 python3 -m venv "$work/tools"
@@ -59,7 +38,7 @@ whl=$(echo "$out"/hwtimer-*-cp310-abi3-manylinux_*.whl)
 "$tools/abi3audit" --strict "$whl" || fail "$(basename "$whl") breaks the stable ABI"
 echo "$(basename "$whl"): stable ABI of CPython 3.10"
 
-mapfile -t interpreters < <(pythons)
+mapfile -t interpreters < <(pythons 10)
 [ "${#interpreters[@]}" -gt 0 ] || fail "no CPython 3.10 or later found"
 for py in "${interpreters[@]}"; do
     tag=$("$py" -c 'import sys; print("%d.%d" % sys.version_info[:2])')

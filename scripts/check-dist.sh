@@ -21,31 +21,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
-work=$(mktemp -d /tmp/hwtimer-dist.XXXXXX)
-trap 'rm -rf "$work"' EXIT
+# shellcheck source=scripts/lib-dist.sh
+source scripts/lib-dist.sh dist
 out=${DIST_OUT:-$work/out}
 mkdir -p "$out"
-export PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1
-
-step() { printf '\n---- %s\n' "$*"; }
-fail() {
-    printf 'check-dist: %s\n' "$*" >&2
-    exit 1
-}
-
-# The CPythons to test: the newest patch release of each 3.N (N >= 9) that
-# pyenv has, or python3 alone without pyenv.
-pythons() {
-    if command -v pyenv >/dev/null 2>&1; then
-        local v
-        for v in $(pyenv versions --bare | grep -E '^3\.(9|[1-9][0-9])\.[0-9]+$' |
-            sort -V | awk -F. '{last[$1"."$2]=$0} END {for (k in last) print last[k]}' | sort -V); do
-            echo "$(pyenv root)/versions/$v/bin/python"
-        done
-    else
-        command -v python3
-    fi
-}
 
 step "tools"
 python3 -m venv "$work/tools"
@@ -73,7 +52,7 @@ if git -C "$root" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
 fi
 
 step "a wheel for each CPython, repaired by auditwheel"
-mapfile -t interpreters < <(pythons)
+mapfile -t interpreters < <(pythons 9)
 [ "${#interpreters[@]}" -gt 0 ] || fail "no CPython found"
 for py in "${interpreters[@]}"; do
     tag=$("$py" -c 'import sys; print("cp%d%d" % sys.version_info[:2])')
