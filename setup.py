@@ -99,6 +99,18 @@ def check_platform(platform):
         )
 
 
+def check_limited_api(limited_api, version):
+    """Raises SetupError if the stable-ABI build is asked of a CPython older
+    than its base, 3.10, whose wheel would be tagged for versions it is not."""
+    if limited_api and tuple(version[:2]) < (3, 10):
+        raise SetupError(
+            f"HWTIMER_LIMITED_API=1 builds against the stable ABI of CPython 3.10,"
+            f" which this Python {version[0]}.{version[1]} lacks: build it with CPython"
+            f" 3.10 or later, or without HWTIMER_LIMITED_API for a cp{version[0]}{version[1]}"
+            f" wheel"
+        )
+
+
 def check_python_h(include_dirs):
     """Raises SetupError unless one of `include_dirs` holds Python.h."""
     if not any(os.path.isfile(os.path.join(d, "Python.h")) for d in include_dirs):
@@ -164,6 +176,7 @@ class checked_build_ext(build_ext):
 
     def run(self):
         check_platform(sys.platform)
+        check_limited_api(limited_api, sys.version_info)
         check_python_h(self.include_dirs)
         super().run()
 

@@ -90,6 +90,21 @@ def test_unsupported_platform_is_refused(tmp_path):
     )
 
 
+def test_limited_api_is_refused_before_its_base(tmp_path):
+    # a cp310-abi3 wheel built by 3.9 would claim versions it was not built for
+    prelude = """
+        import collections
+        fields = "major minor micro releaselevel serial"
+        sys.version_info = collections.namedtuple("version_info", fields)(3, 9, 18, "final", 0)
+    """
+    line = build_ext(tmp_path, prelude, env={"HWTIMER_LIMITED_API": "1"})
+    assert line == (
+        "error: HWTIMER_LIMITED_API=1 builds against the stable ABI of CPython 3.10,"
+        " which this Python 3.9 lacks: build it with CPython 3.10 or later, or without"
+        " HWTIMER_LIMITED_API for a cp39 wheel"
+    )
+
+
 def test_core_refuses_a_platform_without_posix_threads():
     # A compiler for a system that is neither Unix nor macOS stops at one
     # #error that names the problem, setup.py's check or not.
