@@ -103,16 +103,20 @@ fi
 grep -F "error: a working C compiler not usable with" "$work/nocc.log" ||
     { cat "$work/nocc.log"; fail "no one-line message for the missing compiler"; }
 
-for py in "${interpreters[@]}"; do
+# Installs interpreter $1's repaired wheel in a fresh venv and runs the
+# suite from the sdist against it, outside the tree, with no compiler.
+test_wheel() {
+    local py=$1 tag whl venv
     tag=$("$py" -c 'import sys; print("cp%d%d" % sys.version_info[:2])')
     whl=$(echo "$out"/hwtimer-*-"$tag"-*.whl)
     venv=$work/wheel-$tag
     step "$(basename "$whl") on $("$py" --version), no compiler reachable"
     "$py" -m venv "$venv"
     without_cc "$venv" pip install -q --only-binary :all: "$whl[test]"
-    # the suite from the sdist, run outside it against the installed wheel
-    (cd "$work" && without_cc "$venv" python -m pytest -p no:cacheprovider -q "$src/tests")
-done
+    mkdir "$venv/run" # a directory of its own: the runs go two at a time
+    (cd "$venv/run" && without_cc "$venv" python -m pytest -p no:cacheprovider -q "$src/tests")
+}
+each_python test_wheel "${interpreters[@]}"
 
 step "the sdist installs from source in a fresh venv"
 python3 -m venv "$work/from-sdist"
