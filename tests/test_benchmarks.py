@@ -144,3 +144,19 @@ def test_snapshot_benchmark_runs() -> None:
     assert re.search(r"stats\(\): median [\d,]+ us", out)
     for what in ("idle", "busy Python loop", "snapshots back to back"):
         assert re.search(rf"  {what}: schedule [\d.]+ ms, cancel [\d.]+ ms \([\d,]+ pairs\)", out)
+
+
+def test_abi3_benchmark_cases_run_on_the_installed_build(tmp_path) -> None:
+    # benchmarks/abi3.py's worker, on tiny sizes, against the build the suite
+    # tests (its driver builds both from the checkout: minutes, not for here)
+    sizes = {"pair": 2000, "burst": 1000, "scope": 500}
+    worker = ["--worker", json.dumps(sizes)]
+    proc = bench(os.path.join(BENCHMARKS, "abi3.py"), *worker, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    import hwtimer._hwtimer as ext
+
+    assert r["module"] == os.path.basename(ext.__file__)
+    for case in ("pair", "burst", "loop burst", "scope"):
+        wall, cpu = r[case]
+        assert wall > 0 and cpu >= 0, (case, r[case])
