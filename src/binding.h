@@ -269,6 +269,8 @@ double hwtimer_seconds(int64_t ns);
    RuntimeError.  `timer` (for those two) may be NULL where only an errno
    value can come.  Returns -1. */
 int hwtimer_core_error(TimerObject *timer, int err, const char *what);
+/* Returns a new reference to module.name, or NULL. */
+PyObject *hwtimer_import_attr(const char *module, const char *name);
 
 /* timeout.c */
 /* tp_new of the types users do not create. */
@@ -309,6 +311,10 @@ int hwtimer_run_timeout(TimerObject *timer, TimeoutObject *to, int64_t *now);
    is done.  Never fails. */
 int64_t hwtimer_dispatch_timeout(TimerObject *timer, TimeoutObject *to, int64_t now);
 double hwtimer_deadline_seconds(TimeoutObject *to);
+/* The Timeout's GC slots and dealloc, shared by its subtypes. */
+int hwtimer_timeout_traverse(TimeoutObject *self, visitproc visit, void *arg);
+int hwtimer_timeout_clear(TimeoutObject *self);
+void hwtimer_timeout_dealloc(TimeoutObject *self);
 
 /* timer.c */
 extern PyType_Spec hwtimer_timer_spec;
@@ -331,6 +337,25 @@ void hwtimer_run_batch(hwt_sink *dflt, hwt_timeout *node);
 int hwtimer_manual_lock(TimerObject *timer, const char *what);
 void hwtimer_manual_unlock(TimerObject *timer);
 extern PyType_Spec hwtimer_dispatch_spec;
+/* The dispatcher whose thread this is, if it is a dispatch thread. */
+extern _Thread_local DispatchObject *hwtimer_this_thread_dispatch;
+/* Returns a new dispatch object sharing `timer`'s core, or NULL. */
+DispatchObject *hwtimer_dispatch_new(TimerObject *timer);
+/* Lets whoever waits in hwtimer_dispatch_wait_done() go. */
+void hwtimer_dispatch_mark_done(DispatchObject *self);
+/* Waits, with the GIL released, until the dispatch thread has run its
+   last batch.  Returns 0, or -1 with what a signal handler raised. */
+int hwtimer_dispatch_wait_done(DispatchObject *self);
+/* Copies `name` cut to the 15 bytes Linux keeps of a thread's name, never
+   in the middle of a UTF-8 sequence. */
+void hwtimer_native_name(const char *name, char out[16]);
+/* Reads a non-bool int argument into *out, saturated to LLONG_MIN or
+   LLONG_MAX.  Returns 0 or -1 with TypeError. */
+int hwtimer_parse_int(PyObject *obj, const char *what, long long *out);
+/* Matches fastcall arguments to `names`; fills `out` (borrowed).  Returns
+   0 or -1 with a TypeError naming `fname`. */
+int hwtimer_bind_args(const char *fname, const char *const *names, Py_ssize_t nnames,
+                      PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, PyObject **out);
 /* Stops `timer` and returns the list stop() returns (new reference), or
    NULL with an exception. */
 PyObject *hwtimer_timer_stop(TimerObject *timer);
@@ -381,6 +406,9 @@ extern PyType_Spec hwtimer_scope_spec;
 
 /* loopsink.c */
 extern PyType_Spec hwtimer_loop_sink_spec;
+/* Returns the sink's loop (a new reference), or NULL, with no exception,
+   once it has been collected. */
+PyObject *hwtimer_sink_loop(LoopSinkObject *self);
 /* Returns the LoopSinkObject delivering to `loop` (a new reference),
    created and registered with the loop on first use; NULL with an
    exception. */

@@ -25,7 +25,7 @@ static void loop_sink_wake(hwt_sink *s)
 
 /* Returns the loop (a new reference), or NULL, with no exception, once it
    has been collected. */
-static PyObject *sink_loop(LoopSinkObject *self)
+PyObject *hwtimer_sink_loop(LoopSinkObject *self)
 {
     PyObject *loop = self->owns_loop || !self->loop_ref ? self->loop : NULL;
     if (self->loop_ref && !self->owns_loop) {
@@ -53,7 +53,7 @@ static PyObject *sink_loop(LoopSinkObject *self)
 /* Returns whether the sink's loop is alive and not closed. */
 static bool loop_is_open(LoopSinkObject *self)
 {
-    PyObject *loop = sink_loop(self);
+    PyObject *loop = hwtimer_sink_loop(self);
     PyObject *closed = loop ? PyObject_CallMethod(loop, "is_closed", NULL) : NULL;
     if (loop && !closed)
         PyErr_Clear(); /* a loop that cannot say is of no use */
@@ -171,7 +171,7 @@ static void report_error(LoopSinkObject *self, PyObject *timeout)
     PyErr_NormalizeException(&type, &exc, &tb);
     if (exc && tb)
         PyException_SetTraceback(exc, tb);
-    PyObject *loop = sink_loop(self);
+    PyObject *loop = hwtimer_sink_loop(self);
     PyObject *msg =
         PyUnicode_FromFormat("Exception in callback %R", ((TimeoutObject *)timeout)->task);
     PyObject *ctx = msg ? Py_BuildValue("{s:O,s:O,s:O}", "message", msg, "exception",
@@ -261,7 +261,7 @@ static void run_again(LoopSinkObject *self)
     }
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
-    PyObject *loop = sink_loop(self);
+    PyObject *loop = hwtimer_sink_loop(self);
     PyObject *run = loop ? PyObject_GetAttrString((PyObject *)self, "_run") : NULL;
     PyObject *r = run ? PyObject_CallMethod(loop, "call_soon", "O", run) : NULL;
     if (loop && !r)
@@ -285,7 +285,7 @@ static PyObject *sink_run(LoopSinkObject *self, PyObject *unused)
     }
     if (self->closed) {
         /* the timer is gone: unregister in this, the loop's, thread */
-        PyObject *loop = sink_loop(self);
+        PyObject *loop = hwtimer_sink_loop(self);
         if (loop && !self->posting && self->wakefd.read_fd >= 0) {
             PyObject *r = PyObject_CallMethod(loop, "remove_reader", "i", self->wakefd.read_fd);
             Py_XDECREF(r);
@@ -399,7 +399,7 @@ static PyObject *sink_post(LoopSinkObject *self, PyObject *unused)
         if (err || self->closed)
             break;
         bool finished = sink_finished(self);
-        PyObject *loop = sink_loop(self);
+        PyObject *loop = hwtimer_sink_loop(self);
         PyObject *r = loop ? PyObject_CallMethod(loop, "call_soon_threadsafe", "O", run) : NULL;
         Py_XDECREF(loop);
         if (!r) {
@@ -457,7 +457,7 @@ static PyObject *sink_register(LoopSinkObject *self, PyObject *unused)
     (void)unused;
     if (self->posting)
         Py_RETURN_NONE; /* registered already */
-    PyObject *loop = self->closed ? NULL : sink_loop(self);
+    PyObject *loop = self->closed ? NULL : hwtimer_sink_loop(self);
     if (!loop) {
         /* closed, or the loop gone, before it got here: nothing watches it */
         sink_close(self);

@@ -233,7 +233,7 @@ void hwtimer_log_error(hwtimer_state *st, const char *msg)
 
 /* ---- module functions ---- */
 
-static PyObject *import_attr(const char *module, const char *name)
+PyObject *hwtimer_import_attr(const char *module, const char *name)
 {
     PyObject *m = PyImport_ImportModule(module);
     if (!m)
@@ -271,7 +271,7 @@ void hwtimer_watch_thread_exit(hwtimer_state *st)
     if (st->threads_hook)
         return;
     st->threads_hook = true;
-    PyObject *reg = import_attr("threading", "_register_atexit");
+    PyObject *reg = hwtimer_import_attr("threading", "_register_atexit");
     PyObject *r = reg ? PyObject_CallOneArg(reg, st->threads_exiting_hook) : NULL;
     Py_XDECREF(r);
     Py_XDECREF(reg);
@@ -422,17 +422,17 @@ static int module_exec(PyObject *module)
         PyExc_RuntimeError, NULL);
     if (!st->rejected_error || add_ref(module, "RejectedExecutionError", st->rejected_error) < 0)
         return -1;
-    PyObject *get_logger = import_attr("logging", "getLogger");
+    PyObject *get_logger = hwtimer_import_attr("logging", "getLogger");
     st->logger = get_logger ? PyObject_CallFunction(get_logger, "s", "hwtimer") : NULL;
     Py_XDECREF(get_logger);
-    st->thread_type = import_attr("threading", "Thread");
-    st->timedelta_type = import_attr("datetime", "timedelta");
+    st->thread_type = hwtimer_import_attr("threading", "Thread");
+    st->timedelta_type = hwtimer_import_attr("datetime", "timedelta");
     st->run_task = PyObject_GetAttrString(module, "_run_task");
     st->threads_exiting_hook = PyObject_GetAttrString(module, "_threads_exiting");
     if (!st->logger || !st->thread_type || !st->timedelta_type || !st->run_task ||
         !st->threads_exiting_hook)
         return -1;
-    PyObject *reg = import_attr("atexit", "register");
+    PyObject *reg = hwtimer_import_attr("atexit", "register");
     if (!reg)
         return -1;
     PyObject *hook = PyObject_GetAttrString(module, "_stop_all");

@@ -362,7 +362,7 @@ static PyObject *timeout_repr(TimeoutObject *self)
 
 /* ---- GC and deallocation ---- */
 
-static int timeout_traverse(TimeoutObject *self, visitproc visit, void *arg)
+int hwtimer_timeout_traverse(TimeoutObject *self, visitproc visit, void *arg)
 {
     Py_VISIT(Py_TYPE(self));
     Py_VISIT(self->task);
@@ -370,13 +370,13 @@ static int timeout_traverse(TimeoutObject *self, visitproc visit, void *arg)
     return 0;
 }
 
-static int timeout_clear(TimeoutObject *self)
+int hwtimer_timeout_clear(TimeoutObject *self)
 {
     Py_CLEAR(self->task);
     return 0;
 }
 
-static void timeout_dealloc(TimeoutObject *self)
+void hwtimer_timeout_dealloc(TimeoutObject *self)
 {
     PyTypeObject *tp = Py_TYPE(self);
     PyObject_GC_UnTrack(self);
@@ -431,9 +431,9 @@ PyObject *hwtimer_new_refused(PyTypeObject *tp, PyObject *args, PyObject *kwargs
 static PyType_Slot timeout_slots[] = {
     {Py_tp_doc, "A scheduled task: returned by HashedWheelTimer.new_timeout()."},
     {Py_tp_new, hwtimer_new_refused},
-    {Py_tp_dealloc, timeout_dealloc},
-    {Py_tp_traverse, timeout_traverse},
-    {Py_tp_clear, timeout_clear},
+    {Py_tp_dealloc, hwtimer_timeout_dealloc},
+    {Py_tp_traverse, hwtimer_timeout_traverse},
+    {Py_tp_clear, hwtimer_timeout_clear},
     {Py_tp_repr, timeout_repr},
     {Py_tp_methods, timeout_methods},
     {Py_tp_getset, timeout_getset},
@@ -452,9 +452,9 @@ PyType_Spec hwtimer_timeout_spec = {
 static PyType_Slot periodic_slots[] = {
     {Py_tp_doc, "A periodic task: returned by HashedWheelTimer.new_periodic()."},
     {Py_tp_new, hwtimer_new_refused},
-    {Py_tp_dealloc, timeout_dealloc},
-    {Py_tp_traverse, timeout_traverse},
-    {Py_tp_clear, timeout_clear},
+    {Py_tp_dealloc, hwtimer_timeout_dealloc},
+    {Py_tp_traverse, hwtimer_timeout_traverse},
+    {Py_tp_clear, hwtimer_timeout_clear},
     {0, NULL},
 };
 
@@ -472,14 +472,14 @@ static int loop_timeout_traverse(LoopTimeoutObject *self, visitproc visit, void 
     Py_VISIT(self->args);
     Py_VISIT(self->context);
     Py_VISIT((PyObject *)self->sink);
-    return timeout_traverse(&self->base, visit, arg);
+    return hwtimer_timeout_traverse(&self->base, visit, arg);
 }
 
 static int loop_timeout_clear(LoopTimeoutObject *self)
 {
     Py_CLEAR(self->args);
     Py_CLEAR(self->context);
-    return timeout_clear(&self->base);
+    return hwtimer_timeout_clear(&self->base);
 }
 
 static void loop_timeout_dealloc(LoopTimeoutObject *self)
@@ -492,7 +492,7 @@ static void loop_timeout_dealloc(LoopTimeoutObject *self)
     if (sink)
         hwtimer_loop_sink_untrack(self);
     self->sink = NULL;
-    timeout_dealloc(&self->base);
+    hwtimer_timeout_dealloc(&self->base);
     Py_XDECREF(sink);
 }
 

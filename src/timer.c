@@ -21,7 +21,7 @@
 #define STOP_SIGNAL_POLL_NS INT64_C(50000000)
 
 /* The dispatcher whose thread this is, if it is a dispatch thread. */
-static _Thread_local DispatchObject *this_thread_dispatch;
+_Thread_local DispatchObject *hwtimer_this_thread_dispatch;
 
 /* ---- the dispatch thread ---- */
 
@@ -43,7 +43,7 @@ void hwtimer_run_batch(hwt_sink *dflt, hwt_timeout *node)
 
 /* Copies `name` cut to the 15 bytes Linux keeps of a thread's name, never
    in the middle of a UTF-8 sequence. */
-static void native_name(const char *name, char out[16])
+void hwtimer_native_name(const char *name, char out[16])
 {
     size_t n = strlen(name);
     if (n > 15) {
@@ -65,12 +65,12 @@ static void set_native_name(PyObject *name)
         return;
     }
     char buf[16];
-    native_name(s, buf);
+    hwtimer_native_name(s, buf);
     hwt_thread_set_name(buf);
 }
 
-/* Lets whoever waits in dispatch_wait_done() go. */
-static void dispatch_mark_done(DispatchObject *self)
+/* Lets whoever waits in hwtimer_dispatch_wait_done() go. */
+void hwtimer_dispatch_mark_done(DispatchObject *self)
 {
     pthread_mutex_lock(&self->lock);
     self->done = true;
@@ -82,7 +82,7 @@ static PyObject *dispatch_run(DispatchObject *self, PyObject *unused)
 {
     (void)unused;
     self->thread_id = PyThread_get_thread_ident();
-    this_thread_dispatch = self;
+    hwtimer_this_thread_dispatch = self;
     set_native_name(self->name);
     hwt_sink *dflt = hwt_timer_default_sink(self->core);
     for (;;) {
@@ -101,7 +101,7 @@ static PyObject *dispatch_run(DispatchObject *self, PyObject *unused)
             break;
         hwtimer_run_batch(dflt, batch);
     }
-    dispatch_mark_done(self);
+    hwtimer_dispatch_mark_done(self);
     Py_RETURN_NONE;
 }
 
@@ -110,7 +110,7 @@ static PyObject *dispatch_run(DispatchObject *self, PyObject *unused)
    what a handler raised (KeyboardInterrupt).  Returns 0 at once on the
    dispatch thread itself, and in a child of fork(), where that thread
    does not exist (nor, maybe, whoever held the lock at the fork). */
-static int dispatch_wait_done(DispatchObject *self)
+int hwtimer_dispatch_wait_done(DispatchObject *self)
 {
     if (self->thread_id == PyThread_get_thread_ident())
         return 0;
@@ -168,7 +168,7 @@ PyType_Spec hwtimer_dispatch_spec = {
 };
 
 /* Returns a new dispatch object sharing `timer`'s core, or NULL. */
-static DispatchObject *dispatch_new(TimerObject *timer)
+DispatchObject *hwtimer_dispatch_new(TimerObject *timer)
 {
     PyTypeObject *tp = timer->state->dispatch_type;
     DispatchObject *d = PyObject_New(DispatchObject, tp);
@@ -324,7 +324,7 @@ int hwtimer_timer_start(TimerObject *self)
         return manual_start(self);
     if (self->executor)
         hwtimer_watch_thread_exit(self->state);
-    DispatchObject *d = dispatch_new(self);
+    DispatchObject *d = hwtimer_dispatch_new(self);
     if (!d)
         return -1;
     int err = hwt_timer_start(self->core);
@@ -360,7 +360,7 @@ int hwtimer_timer_start(TimerObject *self)
         hwtimer_release_chain(left);
         hwtimer_release_chain(hwt_sink_take(hwt_timer_default_sink(self->core)));
         hwtimer_release_chain(hwt_timer_take_released(self->core));
-        dispatch_mark_done(d);
+        hwtimer_dispatch_mark_done(d);
         PyErr_Restore(type, value, tb);
         return -1;
     }
@@ -383,7 +383,7 @@ static PyObject *stop_and_wait(TimerObject *self, DispatchObject *d)
         self->stop_waiter = getpid();
     }
     /* else stopped, or being stopped by another call: wait as it does */
-    int r = dispatch_wait_done(d);
+    int r = hwtimer_dispatch_wait_done(d);
     if (first)
         self->stop_waiter = 0;
     if (r < 0)
@@ -409,7 +409,7 @@ PyObject *hwtimer_timer_stop(TimerObject *self)
     DispatchObject *d = (DispatchObject *)self->dispatcher;
     /* A dispatch thread that waits for another one must not be waited for
        by it, nor by any in between. */
-    DispatchObject *mine = this_thread_dispatch;
+    DispatchObject *mine = hwtimer_this_thread_dispatch;
     if (mine && mine != d) {
         for (DispatchObject *w = d; w; w = w->waits_for) {
             if (w == mine) {
@@ -432,7 +432,7 @@ PyObject *hwtimer_timer_stop(TimerObject *self)
 /* Reads a non-bool int argument into *out, saturated to LLONG_MIN or
    LLONG_MAX when it does not fit, so that the caller's range check refuses
    it with the value the user gave.  Returns 0 or -1. */
-static int parse_int_arg(PyObject *obj, const char *what, long long *out)
+int hwtimer_parse_int(PyObject *obj, const char *what, long long *out)
 {
     if (PyBool_Check(obj) || !PyIndex_Check(obj)) {
         PyErr_Format(PyExc_TypeError, "%s must be an int, not %.200s", what,
@@ -540,7 +540,7 @@ static int make_core(TimerObject *self, double tick, uint32_t wheel)
     if (!cfg.thread_name)
         return -1;
     char native[16];
-    native_name(cfg.thread_name, native);
+    hwtimer_native_name(cfg.thread_name, native);
     cfg.thread_name = native;
     self->tick_duration = (double)cfg.tick_ns / 1e9;
     self->core = hwt_timer_new(&cfg);
@@ -557,7 +557,7 @@ PyObject *hwtimer_timer_build(PyTypeObject *tp, const hwtimer_timer_args *a)
     if (parse_tick(st, a->tick_duration, a->default_tick, &tick) < 0)
         return NULL;
     long long ticks = a->default_ticks, max_pending = 0;
-    if (a->ticks_per_wheel && parse_int_arg(a->ticks_per_wheel, "ticks_per_wheel", &ticks) < 0)
+    if (a->ticks_per_wheel && hwtimer_parse_int(a->ticks_per_wheel, "ticks_per_wheel", &ticks) < 0)
         return NULL;
     uint32_t wheel = 0;
     if (ticks <= 0 || hwt_round_ticks((uint64_t)ticks, &wheel) != 0) {
@@ -571,7 +571,7 @@ PyObject *hwtimer_timer_build(PyTypeObject *tp, const hwtimer_timer_args *a)
         return NULL;
     }
     if (a->max_pending_timeouts &&
-        parse_int_arg(a->max_pending_timeouts, "max_pending_timeouts", &max_pending) < 0)
+        hwtimer_parse_int(a->max_pending_timeouts, "max_pending_timeouts", &max_pending) < 0)
         return NULL;
     if (check_name_and_executor(a->thread_name, a->executor) < 0)
         return NULL;
@@ -635,7 +635,7 @@ static PyObject *timer_stop(TimerObject *self, PyObject *unused)
     (void)unused;
     DispatchObject *d = (DispatchObject *)self->dispatcher;
     if (hwtimer_current_task_timer == self ||
-        (d && this_thread_dispatch == d && d->pid == getpid())) {
+        (d && hwtimer_this_thread_dispatch == d && d->pid == getpid())) {
         /* it would wait for itself: for the task, or the batch it is in */
         PyErr_SetString(PyExc_RuntimeError,
                         "stop() cannot be called from a task of the timer it would stop, nor "
@@ -647,8 +647,8 @@ static PyObject *timer_stop(TimerObject *self, PyObject *unused)
 
 /* Matches fastcall arguments to `names`; fills `out` (borrowed).  Returns
    0 or -1 with a TypeError naming `fname`. */
-static int bind_args(const char *fname, const char *const *names, Py_ssize_t nnames,
-                     PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, PyObject **out)
+int hwtimer_bind_args(const char *fname, const char *const *names, Py_ssize_t nnames,
+                      PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, PyObject **out)
 {
     if (nargs > nnames) {
         PyErr_Format(PyExc_TypeError, "%s() takes %zd arguments (%zd given)", fname, nnames, nargs);
@@ -683,7 +683,7 @@ static PyObject *timer_new_timeout(TimerObject *self, PyObject *const *args, Py_
 {
     static const char *const names[] = {"task", "delay"};
     PyObject *a[2];
-    if (bind_args("new_timeout", names, 2, args, nargs, kwnames, a) < 0)
+    if (hwtimer_bind_args("new_timeout", names, 2, args, nargs, kwnames, a) < 0)
         return NULL;
     if (!PyCallable_Check(a[0])) {
         PyErr_Format(PyExc_TypeError, "task must be callable, not %.200s",
@@ -935,7 +935,7 @@ static PyObject *timer_pending_snapshot(TimerObject *self, PyObject *args, PyObj
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "|O:pending_snapshot", kwlist, &limit_o))
         return NULL;
     long long limit = 100;
-    if (limit_o && parse_int_arg(limit_o, "limit", &limit) < 0)
+    if (limit_o && hwtimer_parse_int(limit_o, "limit", &limit) < 0)
         return NULL;
     if (limit < 0) {
         PyErr_Format(PyExc_ValueError, "limit must be >= 0, not %R", limit_o);
