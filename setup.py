@@ -26,6 +26,7 @@ sources = [
     "src/hwt.c",
     "src/wheel.c",
     "src/hwt_sys.c",
+    "src/common.c",
     "src/module.c",
     "src/timer.c",
     "src/timeout.c",

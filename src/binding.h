@@ -239,7 +239,7 @@ static inline int64_t hwtimer_timeout_period(TimeoutObject *to)
 /* The timer whose task runs on this thread now, for stop()'s check. */
 extern _Thread_local TimerObject *hwtimer_current_task_timer;
 
-/* module.c */
+/* common.c */
 hwtimer_state *hwtimer_state_of_type(PyTypeObject *tp);
 /* Parses seconds (int, float, timedelta, or anything with __float__) into
    ns, saturating at HWT_NEVER.  Returns 0, or -1 with TypeError/ValueError. */

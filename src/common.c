@@ -1,0 +1,248 @@
+/*
+ * common.c: the helpers the files of the binding share, at the bottom of
+ * their dependencies: a type's module state, argument parsing, the clock,
+ * logging, and the hooks every timer registers once.  It calls nothing
+ * of the other binding files.
+ */
+#include "binding.h"
+
+#include <errno.h>
+#include <math.h>
+#include <string.h>
+
+_Thread_local TimerObject *hwtimer_current_task_timer;
+
+hwtimer_state *hwtimer_state_of_type(PyTypeObject *tp)
+{
+    /* A Python subclass (hwtimer.testing.ManualTimer) has no module of its
+       own: its C base has. */
+#ifdef Py_LIMITED_API
+    /* ht_module and tp_base are out of the limited API's sight */
+    for (;;) {
+        PyObject *module = PyType_GetModule(tp);
+        if (module)
+            return (hwtimer_state *)PyModule_GetState(module);
+        PyTypeObject *base = (PyTypeObject *)PyType_GetSlot(tp, Py_tp_base);
+        if (!base || !PyType_HasFeature(base, Py_TPFLAGS_HEAPTYPE))
+            return NULL; /* with PyType_GetModule()'s TypeError */
+        PyErr_Clear();
+        tp = base;
+    }
+#else
+    while (!((PyHeapTypeObject *)tp)->ht_module && tp->tp_base &&
+           PyType_HasFeature(tp->tp_base, Py_TPFLAGS_HEAPTYPE))
+        tp = tp->tp_base;
+    return (hwtimer_state *)PyType_GetModuleState(tp);
+#endif
+}
+
+/* ---- argument parsing ---- */
+
+static int type_error(const char *what, PyObject *obj)
+{
+    PyErr_Format(PyExc_TypeError, "%s must be a number of seconds or a timedelta, not %.200s", what,
+                 hwtimer_type_name(Py_TYPE(obj)));
+    return -1;
+}
+
+/* Reads a timedelta as whole microseconds, saturating.  Returns 0 or -1. */
+static int timedelta_us(PyObject *obj, long double *us)
+{
+    static const char *const names[3] = {"days", "seconds", "microseconds"};
+    static const long double scale[3] = {86400e6L, 1e6L, 1.0L};
+    long double total = 0;
+    for (int i = 0; i < 3; i++) {
+        PyObject *v = PyObject_GetAttrString(obj, names[i]);
+        if (!v)
+            return -1;
+        long long x = PyLong_AsLongLong(v);
+        Py_DECREF(v);
+        if (x == -1 && PyErr_Occurred())
+            return -1;
+        total += (long double)x * scale[i];
+    }
+    *us = total;
+    return 0;
+}
+
+int hwtimer_parse_seconds(hwtimer_state *st, PyObject *obj, const char *what, double *out)
+{
+    if (PyBool_Check(obj))
+        return type_error(what, obj);
+    if (PyObject_TypeCheck(obj, (PyTypeObject *)st->timedelta_type)) {
+        long double us;
+        if (timedelta_us(obj, &us) < 0)
+            return -1;
+        *out = (double)(us / 1e6L);
+        return 0;
+    }
+    if (!PyFloat_Check(obj) && !PyLong_Check(obj) && !PyIndex_Check(obj) && !HWT_HAS_FLOAT(obj))
+        return type_error(what, obj);
+    double d = PyFloat_AsDouble(obj);
+    if (d == -1.0 && PyErr_Occurred())
+        return -1; /* e.g. OverflowError, or what a __float__ raised */
+    *out = d;
+    return 0;
+}
+
+/* Whole seconds, exactly, into saturated ns.  Returns 0 or -1. */
+static int int_delay(PyObject *integer, int64_t *ns)
+{
+    int overflow;
+    long long s = PyLong_AsLongLongAndOverflow(integer, &overflow);
+    if (s == -1 && PyErr_Occurred())
+        return -1;
+    if (overflow > 0 || s >= HWT_NEVER / 1000000000)
+        *ns = HWT_NEVER;
+    else if (overflow < 0 || s < 0)
+        *ns = -1;
+    else
+        *ns = (int64_t)s * 1000000000;
+    return 0;
+}
+
+int hwtimer_delay_from_seconds(double d, const char *what, int64_t *ns)
+{
+    if (isnan(d)) {
+        PyErr_Format(PyExc_ValueError, "%s must not be NaN", what);
+        return -1;
+    }
+    double x = ceil(d * 1e9);
+    if (x >= 9.2e18)
+        *ns = HWT_NEVER;
+    else if (x <= 0)
+        *ns = x < 0 ? -1 : 0;
+    else
+        *ns = (int64_t)x;
+    return 0;
+}
+
+int hwtimer_parse_delay(hwtimer_state *st, PyObject *obj, const char *what, int64_t *ns)
+{
+    if (PyFloat_CheckExact(obj))
+        return hwtimer_delay_from_seconds(PyFloat_AS_DOUBLE(obj), what, ns);
+    if (PyLong_CheckExact(obj))
+        return int_delay(obj, ns);
+    if (PyBool_Check(obj))
+        return type_error(what, obj);
+    if (PyLong_Check(obj) || (!PyFloat_Check(obj) && PyIndex_Check(obj) && !HWT_HAS_FLOAT(obj))) {
+        /* an int, or what stands for one: exact, however large */
+        PyObject *integer = PyNumber_Index(obj);
+        if (!integer)
+            return -1;
+        int r = int_delay(integer, ns);
+        Py_DECREF(integer);
+        return r;
+    }
+    double d;
+    if (hwtimer_parse_seconds(st, obj, what, &d) < 0)
+        return -1;
+    return hwtimer_delay_from_seconds(d, what, ns);
+}
+
+double hwtimer_seconds(int64_t ns)
+{
+    if (ns % 1000000000 == 0)
+        return (double)(ns / 1000000000);
+    return (double)ns / 1e9;
+}
+
+/* ---- core errors ---- */
+
+int hwtimer_core_error(TimerObject *timer, int err, const char *what)
+{
+    if (err == ENOMEM) {
+        PyErr_NoMemory();
+    } else if (err > 0) {
+        errno = err; /* OSError, or its subclass for err (BlockingIOError ...) */
+        PyErr_SetFromErrno(PyExc_OSError);
+    } else if (err == HWT_EREJECTED && timer) {
+        PyErr_Format(timer->state->rejected_error,
+                     "cannot %s: the timer holds max_pending_timeouts (%lld) pending timeouts",
+                     what, (long long)timer->max_pending);
+    } else if (err == HWT_ESTOPPED) {
+        PyErr_Format(PyExc_RuntimeError, "cannot %s: the timer is stopped", what);
+    } else {
+        PyErr_Format(PyExc_SystemError, "cannot %s: the timer's core returned %d", what, err);
+    }
+    return -1;
+}
+
+#ifdef Py_LIMITED_API
+const char *hwtimer_type_name(PyTypeObject *tp)
+{
+    static _Thread_local char buf[201];
+    Py_ssize_t n = 0;
+    PyObject *name = PyObject_GetAttrString((PyObject *)tp, "__name__");
+    const char *s = name && PyUnicode_Check(name) ? PyUnicode_AsUTF8AndSize(name, &n) : NULL;
+    if (!s) {
+        PyErr_Clear();
+        s = "?";
+        n = 1;
+    }
+    if (n > 200) { /* cut, as %.200s does, never inside a UTF-8 sequence */
+        n = 200;
+        while (n && ((unsigned char)s[n] & 0xC0) == 0x80)
+            n--;
+    }
+    memcpy(buf, s, (size_t)n);
+    buf[n] = '\0';
+    Py_XDECREF(name);
+    return buf;
+}
+#endif
+
+/* ---- logging ---- */
+
+void hwtimer_log_task_error(hwtimer_state *st, PyObject *timeout)
+{
+    PyObject *type, *exc, *tb;
+    PyErr_Fetch(&type, &exc, &tb);
+    PyErr_NormalizeException(&type, &exc, &tb);
+    if (tb && exc)
+        PyException_SetTraceback(exc, tb);
+    PyObject *task = ((TimeoutObject *)timeout)->task;
+    PyObject *args = Py_BuildValue("(sOO)", "task %r of %r raised", task, timeout);
+    PyObject *kwargs = Py_BuildValue("{s:O}", "exc_info", exc ? exc : Py_None);
+    PyObject *warning = PyObject_GetAttrString(st->logger, "warning");
+    PyObject *r = args && kwargs && warning ? PyObject_Call(warning, args, kwargs) : NULL;
+    if (!r)
+        PyErr_WriteUnraisable(st->logger);
+    Py_XDECREF(r);
+    Py_XDECREF(warning);
+    Py_XDECREF(kwargs);
+    Py_XDECREF(args);
+    Py_XDECREF(type);
+    Py_XDECREF(exc);
+    Py_XDECREF(tb);
+}
+
+void hwtimer_log_error(hwtimer_state *st, const char *msg)
+{
+    PyObject *r = PyObject_CallMethod(st->logger, "error", "s", msg);
+    if (!r)
+        PyErr_WriteUnraisable(st->logger);
+    Py_XDECREF(r);
+}
+
+PyObject *hwtimer_import_attr(const char *module, const char *name)
+{
+    PyObject *m = PyImport_ImportModule(module);
+    if (!m)
+        return NULL;
+    PyObject *attr = PyObject_GetAttrString(m, name);
+    Py_DECREF(m);
+    return attr;
+}
+
+void hwtimer_watch_thread_exit(hwtimer_state *st)
+{
+    if (st->threads_hook)
+        return;
+    st->threads_hook = true;
+    PyObject *reg = hwtimer_import_attr("threading", "_register_atexit");
+    PyObject *r = reg ? PyObject_CallOneArg(reg, st->threads_exiting_hook) : NULL;
+    Py_XDECREF(r);
+    Py_XDECREF(reg);
+    PyErr_Clear(); /* an older threading, or one already exiting */
+}
