@@ -271,6 +271,19 @@ double hwtimer_seconds(int64_t ns);
 int hwtimer_core_error(TimerObject *timer, int err, const char *what);
 /* Returns a new reference to module.name, or NULL. */
 PyObject *hwtimer_import_attr(const char *module, const char *name);
+/* Copies `name` cut to the 15 bytes Linux keeps of a thread's name, never
+   in the middle of a UTF-8 sequence. */
+void hwtimer_native_name(const char *name, char out[16]);
+/* Reads a non-bool int argument into *out, saturated to LLONG_MIN or
+   LLONG_MAX.  Returns 0 or -1 with TypeError. */
+int hwtimer_parse_int(PyObject *obj, const char *what, long long *out);
+/* Matches fastcall arguments to `names`; fills `out` (borrowed).  Returns
+   0 or -1 with a TypeError naming `fname`. */
+int hwtimer_bind_args(const char *fname, const char *const *names, Py_ssize_t nnames,
+                      PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, PyObject **out);
+/* Returns the running event loop (new reference), or NULL with
+   RuntimeError when there is none. */
+PyObject *hwtimer_running_loop(hwtimer_state *st);
 
 /* timeout.c */
 /* tp_new of the types users do not create. */
@@ -346,16 +359,6 @@ void hwtimer_dispatch_mark_done(DispatchObject *self);
 /* Waits, with the GIL released, until the dispatch thread has run its
    last batch.  Returns 0, or -1 with what a signal handler raised. */
 int hwtimer_dispatch_wait_done(DispatchObject *self);
-/* Copies `name` cut to the 15 bytes Linux keeps of a thread's name, never
-   in the middle of a UTF-8 sequence. */
-void hwtimer_native_name(const char *name, char out[16]);
-/* Reads a non-bool int argument into *out, saturated to LLONG_MIN or
-   LLONG_MAX.  Returns 0 or -1 with TypeError. */
-int hwtimer_parse_int(PyObject *obj, const char *what, long long *out);
-/* Matches fastcall arguments to `names`; fills `out` (borrowed).  Returns
-   0 or -1 with a TypeError naming `fname`. */
-int hwtimer_bind_args(const char *fname, const char *const *names, Py_ssize_t nnames,
-                      PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, PyObject **out);
 /* Stops `timer` and returns the list stop() returns (new reference), or
    NULL with an exception. */
 PyObject *hwtimer_timer_stop(TimerObject *timer);
@@ -366,9 +369,6 @@ PyObject *hwtimer_call_later(TimerObject *self, int64_t delay, PyObject *callbac
 /* The same, then every period_ns (> 0) with policy `missed`. */
 PyObject *hwtimer_call_every(TimerObject *self, int64_t delay, int64_t period_ns, int missed,
                              PyObject *callback, PyObject *args, PyObject *loop, PyObject *context);
-/* Returns the running event loop (new reference), or NULL with
-   RuntimeError when there is none. */
-PyObject *hwtimer_running_loop(hwtimer_state *st);
 /* Starts the worker and dispatch thread if needed.  Returns 0 or -1. */
 int hwtimer_timer_start(TimerObject *timer);
 

@@ -246,3 +246,92 @@ void hwtimer_watch_thread_exit(hwtimer_state *st)
     Py_XDECREF(reg);
     PyErr_Clear(); /* an older threading, or one already exiting */
 }
+
+/* Copies `name` cut to the 15 bytes Linux keeps of a thread's name, never
+   in the middle of a UTF-8 sequence. */
+void hwtimer_native_name(const char *name, char out[16])
+{
+    size_t n = strlen(name);
+    if (n > 15) {
+        n = 15;
+        while (n && ((unsigned char)name[n] & 0xC0) == 0x80)
+            n--;
+    }
+    memcpy(out, name, n);
+    out[n] = '\0';
+}
+
+/* Reads a non-bool int argument into *out, saturated to LLONG_MIN or
+   LLONG_MAX when it does not fit, so that the caller's range check refuses
+   it with the value the user gave.  Returns 0 or -1. */
+int hwtimer_parse_int(PyObject *obj, const char *what, long long *out)
+{
+    if (PyBool_Check(obj) || !PyIndex_Check(obj)) {
+        PyErr_Format(PyExc_TypeError, "%s must be an int, not %.200s", what,
+                     hwtimer_type_name(Py_TYPE(obj)));
+        return -1;
+    }
+    PyObject *v = PyNumber_Index(obj);
+    if (!v)
+        return -1;
+    int overflow;
+    long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+    Py_DECREF(v);
+    if (x == -1 && PyErr_Occurred())
+        return -1;
+    *out = overflow > 0 ? LLONG_MAX : overflow < 0 ? LLONG_MIN : x;
+    return 0;
+}
+
+/* Matches fastcall arguments to `names`; fills `out` (borrowed).  Returns
+   0 or -1 with a TypeError naming `fname`. */
+int hwtimer_bind_args(const char *fname, const char *const *names, Py_ssize_t nnames,
+                      PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, PyObject **out)
+{
+    if (nargs > nnames) {
+        PyErr_Format(PyExc_TypeError, "%s() takes %zd arguments (%zd given)", fname, nnames, nargs);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < nnames; i++)
+        out[i] = i < nargs ? args[i] : NULL;
+    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    for (Py_ssize_t k = 0; k < nkw; k++) {
+        PyObject *key = PyTuple_GET_ITEM(kwnames, k);
+        Py_ssize_t i = 0;
+        while (i < nnames && !PyUnicode_CompareWithASCIIString(key, names[i]) == 0)
+            i++;
+        if (i == nnames || out[i]) {
+            PyErr_Format(PyExc_TypeError, "%s() got %s argument %R", fname,
+                         i == nnames ? "an unexpected keyword" : "multiple values for", key);
+            return -1;
+        }
+        out[i] = args[nargs + k];
+    }
+    for (Py_ssize_t i = 0; i < nnames; i++) {
+        if (!out[i]) {
+            PyErr_Format(PyExc_TypeError, "%s() missing required argument '%s'", fname, names[i]);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+PyObject *hwtimer_running_loop(hwtimer_state *st)
+{
+    if (!st->get_running_loop) {
+        PyObject *m = PyImport_ImportModule("asyncio.events");
+        if (!m)
+            return NULL;
+        st->get_running_loop = PyObject_GetAttrString(m, "_get_running_loop");
+        Py_DECREF(m);
+        if (!st->get_running_loop)
+            return NULL;
+    }
+    PyObject *loop = PyObject_CallNoArgs(st->get_running_loop);
+    if (loop == Py_None) {
+        Py_DECREF(loop);
+        PyErr_SetString(PyExc_RuntimeError, "no running event loop: pass loop=");
+        return NULL;
+    }
+    return loop;
+}
