@@ -284,10 +284,15 @@ int hwtimer_bind_args(const char *fname, const char *const *names, Py_ssize_t nn
 /* Returns the running event loop (new reference), or NULL with
    RuntimeError when there is none. */
 PyObject *hwtimer_running_loop(hwtimer_state *st);
-
-/* timeout.c */
 /* tp_new of the types users do not create. */
 PyObject *hwtimer_new_refused(PyTypeObject *tp, PyObject *args, PyObject *kwargs);
+/* The timer's clock in ns: the one reading every consumer takes.  A real
+   timer's core reads CLOCK_MONOTONIC, a ManualTimer's the clock its test
+   moves; that choice (hwt_config.clock) is the only place where they
+   differ. */
+int64_t hwtimer_clock_ns(TimerObject *timer);
+
+/* timeout.c */
 extern PyType_Spec hwtimer_timeout_spec;
 extern PyType_Spec hwtimer_loop_timeout_spec;
 extern PyType_Spec hwtimer_periodic_spec;
@@ -307,11 +312,6 @@ int hwtimer_timeout_submit(TimerObject *timer, PyObject *obj, int64_t delay_ns, 
 PyObject *hwtimer_timeout_from_node(hwt_timeout *node);
 /* Drops the wheel's references to a chain of nodes (link.next). */
 void hwtimer_release_chain(hwt_timeout *node);
-/* The timer's clock in ns: the one reading every consumer takes.  A real
-   timer's core reads CLOCK_MONOTONIC, a ManualTimer's the clock its test
-   moves; that choice (hwt_config.clock) is the only place where they
-   differ. */
-int64_t hwtimer_clock_ns(TimerObject *timer);
 /* The task runner: runs the task of a delivered timeout on this thread,
    begun at clock time *now (set to when it is done, so a batch reads the
    clock once per task), records lateness and task time, reports a failure

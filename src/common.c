@@ -335,3 +335,16 @@ PyObject *hwtimer_running_loop(hwtimer_state *st)
     }
     return loop;
 }
+
+int64_t hwtimer_clock_ns(TimerObject *timer)
+{
+    return hwt_timer_now(timer->core);
+}
+
+PyObject *hwtimer_new_refused(PyTypeObject *tp, PyObject *args, PyObject *kwargs)
+{
+    (void)args;
+    (void)kwargs;
+    PyErr_Format(PyExc_TypeError, "cannot create '%.100s' instances", hwtimer_type_name(tp));
+    return NULL;
+}

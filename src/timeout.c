@@ -104,11 +104,6 @@ double hwtimer_deadline_seconds(TimeoutObject *to)
 
 /* ---- running a task ---- */
 
-int64_t hwtimer_clock_ns(TimerObject *timer)
-{
-    return hwt_timer_now(timer->core);
-}
-
 /* Calls the task once: task(timeout), or a call_later callback in its
    context.  Returns 0, or -1 with the exception it raised. */
 static int call_once(TimerObject *timer, TimeoutObject *to)
@@ -419,14 +414,6 @@ static PyGetSetDef timeout_getset[] = {
      "When the timeout is due, on the time.monotonic() clock (inf: never).", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
-
-PyObject *hwtimer_new_refused(PyTypeObject *tp, PyObject *args, PyObject *kwargs)
-{
-    (void)args;
-    (void)kwargs;
-    PyErr_Format(PyExc_TypeError, "cannot create '%.100s' instances", hwtimer_type_name(tp));
-    return NULL;
-}
 
 static PyType_Slot timeout_slots[] = {
     {Py_tp_doc, "A scheduled task: returned by HashedWheelTimer.new_timeout()."},
