@@ -30,6 +30,7 @@ sources = [
     "src/module.c",
     "src/timer.c",
     "src/timeout.c",
+    "src/looptimeout.c",
     "src/loopsink.c",
     "src/scope.c",
     "src/manual.c",

@@ -294,7 +294,6 @@ int64_t hwtimer_clock_ns(TimerObject *timer);
 
 /* timeout.c */
 extern PyType_Spec hwtimer_timeout_spec;
-extern PyType_Spec hwtimer_loop_timeout_spec;
 extern PyType_Spec hwtimer_periodic_spec;
 /* Returns a new, unscheduled timeout of type `tp` delivered to `sink`,
    holding `task` and a reference to `timer`; a subtype's own fields are
@@ -328,6 +327,9 @@ double hwtimer_deadline_seconds(TimeoutObject *to);
 int hwtimer_timeout_traverse(TimeoutObject *self, visitproc visit, void *arg);
 int hwtimer_timeout_clear(TimeoutObject *self);
 void hwtimer_timeout_dealloc(TimeoutObject *self);
+
+/* looptimeout.c */
+extern PyType_Spec hwtimer_loop_timeout_spec;
 
 /* timer.c */
 extern PyType_Spec hwtimer_timer_spec;
