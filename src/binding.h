@@ -330,6 +330,19 @@ void hwtimer_timeout_dealloc(TimeoutObject *self);
 
 /* looptimeout.c */
 extern PyType_Spec hwtimer_loop_timeout_spec;
+/* Returns the sink's loop (a new reference), or NULL, with no exception,
+   once it has been collected. */
+PyObject *hwtimer_sink_loop(LoopSinkObject *self);
+/* Links a scheduled call_later() timeout into its sink's list. */
+void hwtimer_loop_sink_track(LoopTimeoutObject *to);
+/* Unlinks it (from its dealloc). */
+void hwtimer_loop_sink_untrack(LoopTimeoutObject *to);
+/* Calls a call_later callback once in its context.  Returns 0, or -1 with
+   the exception it raised. */
+int hwtimer_loop_call(LoopTimeoutObject *to);
+/* Reports the exception set as asyncio reports a failed handle.  Returns
+   -1, leaving it set, for KeyboardInterrupt and SystemExit; else 0. */
+int hwtimer_loop_report(LoopTimeoutObject *to);
 
 /* timer.c */
 extern PyType_Spec hwtimer_timer_spec;
@@ -408,25 +421,12 @@ extern PyType_Spec hwtimer_scope_spec;
 
 /* loopsink.c */
 extern PyType_Spec hwtimer_loop_sink_spec;
-/* Returns the sink's loop (a new reference), or NULL, with no exception,
-   once it has been collected. */
-PyObject *hwtimer_sink_loop(LoopSinkObject *self);
 /* Returns the LoopSinkObject delivering to `loop` (a new reference),
    created and registered with the loop on first use; NULL with an
    exception. */
 LoopSinkObject *hwtimer_loop_sink_for(TimerObject *timer, PyObject *loop);
-/* Links a scheduled call_later() timeout into its sink's list. */
-void hwtimer_loop_sink_track(LoopTimeoutObject *to);
-/* Unlinks it (from its dealloc). */
-void hwtimer_loop_sink_untrack(LoopTimeoutObject *to);
 /* Closes every sink in the list (of a timer going away). */
 void hwtimer_loop_sinks_close(PyObject *sinks);
-/* Calls a call_later callback once in its context.  Returns 0, or -1 with
-   the exception it raised. */
-int hwtimer_loop_call(LoopTimeoutObject *to);
-/* Reports the exception set as asyncio reports a failed handle.  Returns
-   -1, leaving it set, for KeyboardInterrupt and SystemExit; else 0. */
-int hwtimer_loop_report(LoopTimeoutObject *to);
 /* Whether `timer` has callbacks handed to `loop` that it has not run. */
 bool hwtimer_loop_sink_holds(TimerObject *timer, PyObject *loop);
 /* How many runs of periodic timeouts (call_every) `timer`'s loop sinks

@@ -23,33 +23,6 @@ static void loop_sink_wake(hwt_sink *s)
     hwt_wakefd_signal(s->wake_fd);
 }
 
-/* Returns the loop (a new reference), or NULL, with no exception, once it
-   has been collected. */
-PyObject *hwtimer_sink_loop(LoopSinkObject *self)
-{
-    PyObject *loop = self->owns_loop || !self->loop_ref ? self->loop : NULL;
-    if (self->loop_ref && !self->owns_loop) {
-#ifdef Py_LIMITED_API
-        /* calling a weak reference gives a strong one, or None */
-        loop = PyObject_CallNoArgs(self->loop_ref);
-        if (!loop)
-            PyErr_Clear();
-        else if (loop == Py_None)
-            Py_CLEAR(loop);
-        return loop;
-#elif PY_VERSION_HEX >= 0x030D0000
-        if (PyWeakref_GetRef(self->loop_ref, &loop) < 0)
-            PyErr_Clear();
-        return loop;
-#else
-        loop = PyWeakref_GetObject(self->loop_ref);
-        loop = loop == Py_None ? NULL : loop;
-#endif
-    }
-    Py_XINCREF(loop);
-    return loop;
-}
-
 /* Returns whether the sink's loop is alive and not closed. */
 static bool loop_is_open(LoopSinkObject *self)
 {
@@ -90,28 +63,6 @@ static void sink_close(LoopSinkObject *self)
         /* ENOMEM leaves it pending: it is released when it falls due */
         (void)hwt_timeout_cancel(&to->base.node);
     }
-}
-
-void hwtimer_loop_sink_track(LoopTimeoutObject *to)
-{
-    LoopSinkObject *s = to->sink;
-    to->sink_prev = NULL;
-    to->sink_next = s->live;
-    if (s->live)
-        s->live->sink_prev = to;
-    s->live = to;
-}
-
-void hwtimer_loop_sink_untrack(LoopTimeoutObject *to)
-{
-    LoopSinkObject *s = to->sink;
-    if (to->sink_prev)
-        to->sink_prev->sink_next = to->sink_next;
-    else if (s->live == to)
-        s->live = to->sink_next;
-    if (to->sink_next)
-        to->sink_next->sink_prev = to->sink_prev;
-    to->sink_prev = to->sink_next = NULL;
 }
 
 /* Closes the sinks of a timer that is going away.  A loop still running
@@ -162,93 +113,6 @@ Py_ssize_t hwtimer_loop_sinks_periodic(TimerObject *timer)
 }
 
 /* ---- running callbacks in the loop's thread ---- */
-
-/* Reports a failed callback as asyncio reports a failed handle. */
-static void report_error(LoopSinkObject *self, PyObject *timeout)
-{
-    PyObject *type, *exc, *tb;
-    PyErr_Fetch(&type, &exc, &tb);
-    PyErr_NormalizeException(&type, &exc, &tb);
-    if (exc && tb)
-        PyException_SetTraceback(exc, tb);
-    PyObject *loop = hwtimer_sink_loop(self);
-    PyObject *msg =
-        PyUnicode_FromFormat("Exception in callback %R", ((TimeoutObject *)timeout)->task);
-    PyObject *ctx = msg ? Py_BuildValue("{s:O,s:O,s:O}", "message", msg, "exception",
-                                        exc ? exc : Py_None, "handle", timeout)
-                        : NULL;
-    PyObject *r =
-        ctx && loop ? PyObject_CallMethod(loop, "call_exception_handler", "O", ctx) : NULL;
-    if (!r)
-        PyErr_WriteUnraisable(timeout);
-    Py_XDECREF(r);
-    Py_XDECREF(loop);
-    Py_XDECREF(ctx);
-    Py_XDECREF(msg);
-    Py_XDECREF(type);
-    Py_XDECREF(exc);
-    Py_XDECREF(tb);
-}
-
-#ifdef Py_LIMITED_API
-/* Returns Context.run(context, callback, *args): the limited API cannot
-   enter a context itself.  An entered context fails as PyContext_Enter()
-   does. */
-static PyObject *call_in_context(hwtimer_state *st, PyObject *context, LoopTimeoutObject *to)
-{
-    Py_ssize_t n = PyTuple_Size(to->args);
-    PyObject *args = n >= 0 ? PyTuple_New(n + 2) : NULL;
-    if (!args)
-        return NULL;
-    Py_INCREF(context);
-    PyTuple_SET_ITEM(args, 0, context);
-    Py_INCREF(to->base.task);
-    PyTuple_SET_ITEM(args, 1, to->base.task);
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *arg = PyTuple_GET_ITEM(to->args, i);
-        Py_INCREF(arg);
-        PyTuple_SET_ITEM(args, i + 2, arg);
-    }
-    PyObject *r = PyObject_Call(st->context_run, args, NULL);
-    Py_DECREF(args);
-    return r;
-}
-#endif
-
-int hwtimer_loop_call(LoopTimeoutObject *to)
-{
-    /* Scope deadlines all carry the module's empty context, and a context
-       can be entered by one thread at a time: while one loop's expiry is
-       inside task.cancel() with the GIL released, another loop's would be
-       refused.  Each of them runs in an empty context of its own. */
-    hwtimer_state *st = TIMER_OF(&to->base)->state;
-    PyObject *context = to->context == st->empty_context ? HWT_NEW_CONTEXT(st)
-                                                         : (Py_INCREF(to->context), to->context);
-    if (!context)
-        return -1;
-#ifdef Py_LIMITED_API
-    PyObject *r = call_in_context(st, context, to);
-#else
-    if (PyContext_Enter(context) < 0) {
-        Py_DECREF(context);
-        return -1;
-    }
-    PyObject *r = PyObject_Call(to->base.task, to->args, NULL);
-    if (PyContext_Exit(context) < 0)
-        Py_CLEAR(r);
-#endif
-    Py_DECREF(context);
-    Py_XDECREF(r);
-    return r ? 0 : -1;
-}
-
-int hwtimer_loop_report(LoopTimeoutObject *to)
-{
-    if (PyErr_ExceptionMatches(PyExc_KeyboardInterrupt) || PyErr_ExceptionMatches(PyExc_SystemExit))
-        return -1;
-    report_error(to->sink, (PyObject *)to);
-    return 0;
-}
 
 /* Has the loop run _run() again at its next turn, an exception set or
    not: through the wake fd it watches, or, when batches are posted, with
