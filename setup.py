@@ -31,6 +31,7 @@ sources = [
     "src/timer.c",
     "src/timeout.c",
     "src/looptimeout.c",
+    "src/runner.c",
     "src/loopsink.c",
     "src/scope.c",
     "src/manual.c",

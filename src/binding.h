@@ -311,17 +311,6 @@ int hwtimer_timeout_submit(TimerObject *timer, PyObject *obj, int64_t delay_ns, 
 PyObject *hwtimer_timeout_from_node(hwt_timeout *node);
 /* Drops the wheel's references to a chain of nodes (link.next). */
 void hwtimer_release_chain(hwt_timeout *node);
-/* The task runner: runs the task of a delivered timeout on this thread,
-   begun at clock time *now (set to when it is done, so a batch reads the
-   clock once per task), records lateness and task time, reports a failure
-   and re-arms a periodic timeout (running its missed runs back to back
-   when its policy says so).  Returns 0, or -1 with KeyboardInterrupt or
-   SystemExit set from a call_later callback; other errors are reported. */
-int hwtimer_run_timeout(TimerObject *timer, TimeoutObject *to, int64_t *now);
-/* The dispatch thread's: runs a new_timeout task begun at `now` with the
-   runner, or submits it to the executor.  Returns the clock time when it
-   is done.  Never fails. */
-int64_t hwtimer_dispatch_timeout(TimerObject *timer, TimeoutObject *to, int64_t now);
 double hwtimer_deadline_seconds(TimeoutObject *to);
 /* The Timeout's GC slots and dealloc, shared by its subtypes. */
 int hwtimer_timeout_traverse(TimeoutObject *self, visitproc visit, void *arg);
@@ -343,6 +332,19 @@ int hwtimer_loop_call(LoopTimeoutObject *to);
 /* Reports the exception set as asyncio reports a failed handle.  Returns
    -1, leaving it set, for KeyboardInterrupt and SystemExit; else 0. */
 int hwtimer_loop_report(LoopTimeoutObject *to);
+
+/* runner.c */
+/* The task runner: runs the task of a delivered timeout on this thread,
+   begun at clock time *now (set to when it is done, so a batch reads the
+   clock once per task), records lateness and task time, reports a failure
+   and re-arms a periodic timeout (running its missed runs back to back
+   when its policy says so).  Returns 0, or -1 with KeyboardInterrupt or
+   SystemExit set from a call_later callback; other errors are reported. */
+int hwtimer_run_timeout(TimerObject *timer, TimeoutObject *to, int64_t *now);
+/* The dispatch thread's: runs a new_timeout task begun at `now` with the
+   runner, or submits it to the executor.  Returns the clock time when it
+   is done.  Never fails. */
+int64_t hwtimer_dispatch_timeout(TimerObject *timer, TimeoutObject *to, int64_t now);
 
 /* timer.c */
 extern PyType_Spec hwtimer_timer_spec;

@@ -1,0 +1,173 @@
+/*
+ * runner.c: the one task runner: how every consumer (the dispatch
+ * thread, an executor, a loop) runs an expired timeout, records its
+ * lateness and run time, reports its failure, and re-arms a periodic one.
+ */
+#include "binding.h"
+
+/* Calls the task once: task(timeout), or a call_later callback in its
+   context.  Returns 0, or -1 with the exception it raised. */
+static int call_once(TimerObject *timer, TimeoutObject *to)
+{
+    if (Py_TYPE(to) == timer->state->loop_timeout_type)
+        return hwtimer_loop_call((LoopTimeoutObject *)to);
+    TimerObject *outer = hwtimer_current_task_timer;
+    hwtimer_current_task_timer = timer;
+    PyObject *r = PyObject_CallOneArg(to->task, (PyObject *)to);
+    hwtimer_current_task_timer = outer;
+    Py_XDECREF(r);
+    return r ? 0 : -1;
+}
+
+/* _submitted(timeout, future): the done-callback of a submitted task's
+   future.  _run_task reports the task's own errors, so an exception here
+   means the task never ran (a process pool that cannot pickle it, a
+   future cancelled at shutdown): it is counted and logged like one. */
+static PyObject *submitted_done(PyObject *timeout, PyObject *future)
+{
+    PyObject *exc = PyObject_CallMethod(future, "exception", NULL);
+    if (exc == Py_None) {
+        Py_DECREF(exc);
+        Py_RETURN_NONE;
+    }
+    if (exc) { /* else exception() raised, e.g. CancelledError: log that */
+        PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+        Py_DECREF(exc);
+    }
+    TimerObject *timer = TIMER_OF((TimeoutObject *)timeout);
+    timer->task_errors++;
+    hwtimer_log_task_error(timer->state, timeout);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef submitted_def = {"_submitted", submitted_done, METH_O, NULL};
+
+/* Watches the future `fut` that the executor returned for `to`, so that a
+   task that fails to run there does not vanish.  An executor whose
+   submit() returns no future cannot be watched. */
+static void watch_future(TimeoutObject *to, PyObject *fut)
+{
+    PyObject *add = PyObject_GetAttrString(fut, "add_done_callback");
+    PyObject *callback = add ? PyCFunction_New(&submitted_def, (PyObject *)to) : NULL;
+    PyObject *r = callback ? PyObject_CallOneArg(add, callback) : NULL;
+    if (!r) {
+        if (add && callback)
+            hwtimer_log_error(TIMER_OF(to)->state, "cannot watch an executor's future");
+        PyErr_Clear();
+    }
+    Py_XDECREF(r);
+    Py_XDECREF(callback);
+    Py_XDECREF(add);
+}
+
+/* Reports the exception a task raised: logged, or handed to a loop's
+   exception handler.  Returns -1, leaving it set, for a KeyboardInterrupt
+   or SystemExit out of a call_later callback (they stop the loop, as in
+   asyncio); else 0. */
+static int report_failure(TimerObject *timer, TimeoutObject *to)
+{
+    timer->task_errors++;
+    if (Py_TYPE(to) == timer->state->loop_timeout_type)
+        return hwtimer_loop_report((LoopTimeoutObject *)to);
+    hwtimer_log_task_error(timer->state, (PyObject *)to);
+    return 0;
+}
+
+/* A periodic timeout that stop() did not see (it was in its run): now
+   cancelled, it joins the list stop() returns, if stop() has not returned
+   yet (it waits for the dispatch thread; an executor's runs may end
+   later). */
+static void keep_for_stop(TimerObject *timer, TimeoutObject *to)
+{
+    if (timer->stop_collected)
+        return;
+    if (!timer->stopped_periodic && !(timer->stopped_periodic = PyList_New(0))) {
+        PyErr_Clear(); /* it stays cancelled, only unlisted */
+        return;
+    }
+    if (PyList_Append(timer->stopped_periodic, (PyObject *)to) < 0)
+        PyErr_Clear();
+}
+
+/* Puts a periodic timeout back after a run from `start` to `end`.
+   Returns true when its next run is due now and may start. */
+static bool rearm(TimerObject *timer, TimeoutObject *to, int64_t start, int64_t end)
+{
+    for (;;) {
+        Py_INCREF(to); /* the wheel's reference, if it goes back */
+        int r = hwt_timeout_rearm(&to->node, hwtimer_timeout_period(to), start, end);
+        if (r == HWT_OK)
+            return false;
+        Py_DECREF(to); /* not the last: the caller holds one */
+        if (r == HWT_ESTOPPED)
+            keep_for_stop(timer, to);
+        if (r != HWT_EAGAIN)
+            return false;
+        uint32_t s = atomic_load(&to->node.state);
+        bool stopped = hwt_timer_stopped(timer->core);
+        if (s == HWT_RUNNING && !stopped)
+            return true;
+        if (s == HWT_RUNNING_RESET && !stopped)
+            continue; /* a reset since: onto the wheel at its deadline */
+        hwt_timeout_finish(&to->node, HWT_CANCELLED);
+        if (s != HWT_CANCELLED)
+            keep_for_stop(timer, to); /* stop() began */
+        return false;
+    }
+}
+
+int hwtimer_run_timeout(TimerObject *timer, TimeoutObject *to, int64_t *now)
+{
+    hwt_timeout *node = &to->node;
+    if (hwt_timeout_periodic(node) && atomic_load(&node->state) == HWT_CANCELLED) {
+        hwt_timeout_finish(node, HWT_CANCELLED); /* cancelled since it was delivered */
+        return 0;
+    }
+    int64_t origin = hwt_timer_start_time(timer->core);
+    for (;;) {
+        /* With the GIL held from the state's check above (or in rearm())
+           to the call, no cancel() can return True in between: no run
+           starts after it. */
+        int64_t start = *now, deadline = origin + hwt_timeout_deadline(node);
+        int failed = call_once(timer, to);
+        int64_t end = *now = hwtimer_clock_ns(timer);
+        hwt_timer_record_task(timer->core, start - deadline, end - start);
+        int r = failed ? report_failure(timer, to) : 0;
+        if (!hwt_timeout_periodic(node))
+            return r;
+        if (failed) {
+            hwt_timeout_finish(node, HWT_EXPIRED); /* an exception ends it */
+            return r;
+        }
+        if (!rearm(timer, to, start, end))
+            return 0;
+    }
+}
+
+int64_t hwtimer_dispatch_timeout(TimerObject *timer, TimeoutObject *to, int64_t now)
+{
+    if (!timer->executor) {
+        hwtimer_run_timeout(timer, to, &now);
+        return now;
+    }
+    PyObject *r = PyObject_CallMethod(timer->executor, "submit", "OO", timer->state->run_task,
+                                      (PyObject *)to);
+    if (r) {
+        watch_future(to, r);
+        Py_DECREF(r);
+        return hwtimer_clock_ns(timer);
+    }
+    /* A refused task still runs exactly once: here.  Executors refuse all
+       work once threading's exit hooks shut them down; other refusals are
+       errors worth a log line. */
+    if (timer->state->threads_exiting) {
+        PyErr_Clear();
+    } else {
+        timer->task_errors++;
+        hwtimer_log_task_error(timer->state, (PyObject *)to);
+    }
+    now = hwtimer_clock_ns(timer);
+    hwtimer_run_timeout(timer, to, &now);
+    return now;
+}
+
