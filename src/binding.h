@@ -345,6 +345,9 @@ int hwtimer_run_timeout(TimerObject *timer, TimeoutObject *to, int64_t *now);
    runner, or submits it to the executor.  Returns the clock time when it
    is done.  Never fails. */
 int64_t hwtimer_dispatch_timeout(TimerObject *timer, TimeoutObject *to, int64_t now);
+/* Runs a batch taken from the default sink: each expired new_timeout()
+   task in turn, on this thread (or its executor); releases the rest. */
+void hwtimer_run_batch(hwt_sink *dflt, hwt_timeout *node);
 
 /* timer.c */
 extern PyType_Spec hwtimer_timer_spec;
@@ -359,9 +362,6 @@ typedef struct {
 /* Returns a new timer of type `tp` (HashedWheelTimer or a subtype), or
    NULL with TypeError/ValueError for a bad argument. */
 PyObject *hwtimer_timer_build(PyTypeObject *tp, const hwtimer_timer_args *args);
-/* Runs a batch taken from the default sink: each expired new_timeout()
-   task in turn, on this thread (or its executor); releases the rest. */
-void hwtimer_run_batch(hwt_sink *dflt, hwt_timeout *node);
 /* Takes `timer`'s advance_lock for this thread, waiting with the GIL
    released; RuntimeError (-1) if this thread holds it already. */
 int hwtimer_manual_lock(TimerObject *timer, const char *what);

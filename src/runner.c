@@ -171,3 +171,18 @@ int64_t hwtimer_dispatch_timeout(TimerObject *timer, TimeoutObject *to, int64_t 
     return now;
 }
 
+void hwtimer_run_batch(hwt_sink *dflt, hwt_timeout *node)
+{
+    int64_t now = node ? hwtimer_clock_ns(TIMER_OF(TIMEOUT_OF(node))) : 0;
+    while (node) {
+        hwt_timeout *next = hwt_timeout_of(node->link.next);
+        TimeoutObject *to = (TimeoutObject *)hwtimer_timeout_from_node(node);
+        /* only delivered new_timeout() and new_periodic() timeouts come
+           here: cancelled ones and call_later() ones are released elsewhere */
+        if (node->sink == dflt &&
+            (atomic_load(&node->state) == HWT_EXPIRED || hwt_timeout_periodic(node)))
+            now = hwtimer_dispatch_timeout(TIMER_OF(to), to, now);
+        Py_DECREF(to); /* the wheel's reference: may free the timer too */
+        node = next;
+    }
+}

@@ -25,22 +25,6 @@ _Thread_local DispatchObject *hwtimer_this_thread_dispatch;
 
 /* ---- the dispatch thread ---- */
 
-void hwtimer_run_batch(hwt_sink *dflt, hwt_timeout *node)
-{
-    int64_t now = node ? hwtimer_clock_ns(TIMER_OF(TIMEOUT_OF(node))) : 0;
-    while (node) {
-        hwt_timeout *next = hwt_timeout_of(node->link.next);
-        TimeoutObject *to = (TimeoutObject *)hwtimer_timeout_from_node(node);
-        /* only delivered new_timeout() and new_periodic() timeouts come
-           here: cancelled ones and call_later() ones are released elsewhere */
-        if (node->sink == dflt &&
-            (atomic_load(&node->state) == HWT_EXPIRED || hwt_timeout_periodic(node)))
-            now = hwtimer_dispatch_timeout(TIMER_OF(to), to, now);
-        Py_DECREF(to); /* the wheel's reference: may free the timer too */
-        node = next;
-    }
-}
-
 /* Best effort: a name that cannot be encoded leaves the thread as it is,
    since ps and gdb showing a default name is no reason to fail a start. */
 static void set_native_name(PyObject *name)
