@@ -28,6 +28,7 @@ sources = [
     "src/hwt_sys.c",
     "src/common.c",
     "src/module.c",
+    "src/dispatch.c",
     "src/timer.c",
     "src/timeout.c",
     "src/looptimeout.c",

@@ -349,6 +349,18 @@ int64_t hwtimer_dispatch_timeout(TimerObject *timer, TimeoutObject *to, int64_t 
    task in turn, on this thread (or its executor); releases the rest. */
 void hwtimer_run_batch(hwt_sink *dflt, hwt_timeout *node);
 
+/* dispatch.c */
+extern PyType_Spec hwtimer_dispatch_spec;
+/* The dispatcher whose thread this is, if it is a dispatch thread. */
+extern _Thread_local DispatchObject *hwtimer_this_thread_dispatch;
+/* Returns a new dispatch object sharing `timer`'s core, or NULL. */
+DispatchObject *hwtimer_dispatch_new(TimerObject *timer);
+/* Lets whoever waits in hwtimer_dispatch_wait_done() go. */
+void hwtimer_dispatch_mark_done(DispatchObject *self);
+/* Waits, with the GIL released, until the dispatch thread has run its
+   last batch.  Returns 0, or -1 with what a signal handler raised. */
+int hwtimer_dispatch_wait_done(DispatchObject *self);
+
 /* timer.c */
 extern PyType_Spec hwtimer_timer_spec;
 /* The constructor's arguments, each borrowed, NULL where not given. */
@@ -366,16 +378,6 @@ PyObject *hwtimer_timer_build(PyTypeObject *tp, const hwtimer_timer_args *args);
    released; RuntimeError (-1) if this thread holds it already. */
 int hwtimer_manual_lock(TimerObject *timer, const char *what);
 void hwtimer_manual_unlock(TimerObject *timer);
-extern PyType_Spec hwtimer_dispatch_spec;
-/* The dispatcher whose thread this is, if it is a dispatch thread. */
-extern _Thread_local DispatchObject *hwtimer_this_thread_dispatch;
-/* Returns a new dispatch object sharing `timer`'s core, or NULL. */
-DispatchObject *hwtimer_dispatch_new(TimerObject *timer);
-/* Lets whoever waits in hwtimer_dispatch_wait_done() go. */
-void hwtimer_dispatch_mark_done(DispatchObject *self);
-/* Waits, with the GIL released, until the dispatch thread has run its
-   last batch.  Returns 0, or -1 with what a signal handler raised. */
-int hwtimer_dispatch_wait_done(DispatchObject *self);
 /* Stops `timer` and returns the list stop() returns (new reference), or
    NULL with an exception. */
 PyObject *hwtimer_timer_stop(TimerObject *timer);

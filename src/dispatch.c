@@ -1,0 +1,161 @@
+/*
+ * dispatch.c: hwtimer._Dispatch, the object whose run() is the body of a
+ * timer's dispatch thread: a Python thread that waits for batches of
+ * expired timeouts with the GIL released and runs each batch under one
+ * acquisition of the GIL.  It shares the core with its timer, so it can
+ * outlive the HashedWheelTimer.
+ */
+#include "binding.h"
+
+#include <errno.h>
+#include <unistd.h>
+
+/* How often stop() looks for signals while it waits for the dispatch
+   thread. */
+#define STOP_SIGNAL_POLL_NS INT64_C(50000000)
+
+/* The dispatcher whose thread this is, if it is a dispatch thread. */
+_Thread_local DispatchObject *hwtimer_this_thread_dispatch;
+
+/* Best effort: a name that cannot be encoded leaves the thread as it is,
+   since ps and gdb showing a default name is no reason to fail a start. */
+static void set_native_name(PyObject *name)
+{
+    const char *s = PyUnicode_AsUTF8AndSize(name, NULL);
+    if (!s) {
+        PyErr_Clear();
+        return;
+    }
+    char buf[16];
+    hwtimer_native_name(s, buf);
+    hwt_thread_set_name(buf);
+}
+
+/* Lets whoever waits in hwtimer_dispatch_wait_done() go. */
+void hwtimer_dispatch_mark_done(DispatchObject *self)
+{
+    pthread_mutex_lock(&self->lock);
+    self->done = true;
+    pthread_cond_broadcast(&self->done_cond);
+    pthread_mutex_unlock(&self->lock);
+}
+
+static PyObject *dispatch_run(DispatchObject *self, PyObject *unused)
+{
+    (void)unused;
+    self->thread_id = PyThread_get_thread_ident();
+    hwtimer_this_thread_dispatch = self;
+    set_native_name(self->name);
+    hwt_sink *dflt = hwt_timer_default_sink(self->core);
+    for (;;) {
+        bool finished;
+        hwt_timeout *batch;
+        /* Woken for released timeouts that a producer took meanwhile, it
+           waits again without touching the GIL. */
+        Py_BEGIN_ALLOW_THREADS
+        do
+            batch = hwt_sink_wait(dflt, &finished);
+        while (!batch && !finished && !hwt_timer_has_released(self->core));
+        Py_END_ALLOW_THREADS
+        /* what producers did not take in passing */
+        hwtimer_release_chain(hwt_timer_take_released(self->core));
+        if (finished)
+            break;
+        hwtimer_run_batch(dflt, batch);
+    }
+    hwtimer_dispatch_mark_done(self);
+    Py_RETURN_NONE;
+}
+
+/* Waits, with the GIL released, until the dispatch thread has run its
+   last batch, running signal handlers meanwhile.  Returns 0, or -1 with
+   what a handler raised (KeyboardInterrupt).  Returns 0 at once on the
+   dispatch thread itself, and in a child of fork(), where that thread
+   does not exist (nor, maybe, whoever held the lock at the fork). */
+int hwtimer_dispatch_wait_done(DispatchObject *self)
+{
+    if (self->thread_id == PyThread_get_thread_ident())
+        return 0;
+    if (self->pid != getpid()) {
+        self->done = true;
+        return 0;
+    }
+    for (;;) {
+        bool done;
+        Py_BEGIN_ALLOW_THREADS
+        pthread_mutex_lock(&self->lock);
+        if (!self->done)
+            hwt_cond_wait_until(&self->done_cond, &self->lock,
+                                hwt_monotonic_ns(NULL) + STOP_SIGNAL_POLL_NS);
+        done = self->done;
+        pthread_mutex_unlock(&self->lock);
+        Py_END_ALLOW_THREADS
+        if (done)
+            return 0;
+        if (PyErr_CheckSignals() < 0)
+            return -1;
+    }
+}
+
+static void dispatch_dealloc(DispatchObject *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    if (self->synced) {
+        pthread_cond_destroy(&self->done_cond);
+        pthread_mutex_destroy(&self->lock);
+    }
+    Py_XDECREF(self->name);
+    hwt_timer_decref(self->core);
+    HWT_TP_FREE(tp)(self);
+    Py_DECREF(tp);
+}
+
+static PyMethodDef dispatch_methods[] = {
+    {"run", (PyCFunction)dispatch_run, METH_NOARGS, "Runs expired tasks until the timer stops."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyType_Slot dispatch_slots[] = {
+    {Py_tp_new, hwtimer_new_refused},
+    {Py_tp_dealloc, dispatch_dealloc},
+    {Py_tp_methods, dispatch_methods},
+    {0, NULL},
+};
+
+PyType_Spec hwtimer_dispatch_spec = {
+    .name = "hwtimer._Dispatch",
+    .basicsize = sizeof(DispatchObject),
+    .flags = Py_TPFLAGS_DEFAULT,
+    .slots = dispatch_slots,
+};
+
+/* Returns a new dispatch object sharing `timer`'s core, or NULL. */
+DispatchObject *hwtimer_dispatch_new(TimerObject *timer)
+{
+    PyTypeObject *tp = timer->state->dispatch_type;
+    DispatchObject *d = PyObject_New(DispatchObject, tp);
+    if (!d)
+        return NULL;
+    d->core = timer->core;
+    hwt_timer_incref(d->core);
+    d->done = false;
+    d->thread_id = 0;
+    d->pid = getpid();
+    d->waits_for = NULL;
+    d->name = PyUnicode_FromFormat("%U-dispatch", timer->name);
+    int err = pthread_mutex_init(&d->lock, NULL);
+    /* on the monotonic clock: stop() waits in slices to handle signals */
+    if (!err && (err = hwt_cond_init(&d->done_cond)) != 0)
+        pthread_mutex_destroy(&d->lock);
+    d->synced = !err;
+    if (err) {
+        Py_DECREF(d);
+        hwtimer_core_error(timer, err, "start the dispatch thread");
+        return NULL;
+    }
+    if (!d->name) {
+        Py_DECREF(d);
+        return NULL;
+    }
+    return d;
+}
