@@ -1,7 +1,28 @@
 /*
  * binding.h: the Python side of hwtimer, shared by the files of the
- * extension module hwtimer._hwtimer (one file per type, module.c for the
- * module).  Every pointer says who owns it.
+ * extension module hwtimer._hwtimer.  Every pointer says who owns it.
+ *
+ * One file per type, and files that depend one way: each file below uses
+ * only the files listed under it (tests/test_layout.py checks the
+ * hwtimer_* names each one defines and uses against this list), and the
+ * sections of this header follow the same order, bottom first.
+ *
+ * layers (top first):
+ *   module.c       the module: its state, init, the atexit hook
+ *   scope.c        hwtimer.TimeoutScope, and _Done, the awaitable its
+ *                  __aenter__ and __aexit__ return (one file: _Done's
+ *                  first step binds the scope it enters)
+ *   manual.c       _ManualTimer, the base of hwtimer.testing.ManualTimer
+ *   timer.c        hwtimer.HashedWheelTimer
+ *   monitor.c      stats() and pending_snapshot()
+ *   dispatch.c     _Dispatch, whose run() is a dispatch thread's body
+ *   loopsink.c     _LoopSink: delivery of call_later() to an event loop
+ *   runner.c       the task runner every consumer runs timeouts with
+ *   looptimeout.c  _LoopTimeout, call_later()'s and call_every()'s Timeout
+ *   timeout.c      hwtimer.Timeout, and _PeriodicTimeout (one file: it is
+ *                  a Timeout with a period, sharing every slot)
+ *   common.c       helpers: argument parsing, the clock, logging
+ * end of layers
  */
 #ifndef HWTIMER_BINDING_H
 #define HWTIMER_BINDING_H
@@ -236,10 +257,9 @@ static inline int64_t hwtimer_timeout_period(TimeoutObject *to)
     return ((PeriodicTimeoutObject *)to)->period;
 }
 
+/* common.c */
 /* The timer whose task runs on this thread now, for stop()'s check. */
 extern _Thread_local TimerObject *hwtimer_current_task_timer;
-
-/* common.c */
 hwtimer_state *hwtimer_state_of_type(PyTypeObject *tp);
 /* Parses seconds (int, float, timedelta, or anything with __float__) into
    ns, saturating at HWT_NEVER.  Returns 0, or -1 with TypeError/ValueError. */
@@ -349,6 +369,20 @@ int64_t hwtimer_dispatch_timeout(TimerObject *timer, TimeoutObject *to, int64_t 
    task in turn, on this thread (or its executor); releases the rest. */
 void hwtimer_run_batch(hwt_sink *dflt, hwt_timeout *node);
 
+/* loopsink.c */
+extern PyType_Spec hwtimer_loop_sink_spec;
+/* Returns the LoopSinkObject delivering to `loop` (a new reference),
+   created and registered with the loop on first use; NULL with an
+   exception. */
+LoopSinkObject *hwtimer_loop_sink_for(TimerObject *timer, PyObject *loop);
+/* Closes every sink in the list (of a timer going away). */
+void hwtimer_loop_sinks_close(PyObject *sinks);
+/* Whether `timer` has callbacks handed to `loop` that it has not run. */
+bool hwtimer_loop_sink_holds(TimerObject *timer, PyObject *loop);
+/* How many runs of periodic timeouts (call_every) `timer`'s loop sinks
+   hold, not yet taken by their loops. */
+Py_ssize_t hwtimer_loop_sinks_periodic(TimerObject *timer);
+
 /* dispatch.c */
 extern PyType_Spec hwtimer_dispatch_spec;
 /* The dispatcher whose thread this is, if it is a dispatch thread. */
@@ -360,6 +394,13 @@ void hwtimer_dispatch_mark_done(DispatchObject *self);
 /* Waits, with the GIL released, until the dispatch thread has run its
    last batch.  Returns 0, or -1 with what a signal handler raised. */
 int hwtimer_dispatch_wait_done(DispatchObject *self);
+
+/* monitor.c */
+/* stats(): returns a new dict of counts, lateness and the wheel's spread. */
+PyObject *hwtimer_timer_stats(TimerObject *self, PyObject *unused);
+/* Returns a new list of the `limit` soonest pending timeouts, in deadline
+   order, or NULL with MemoryError. */
+PyObject *hwtimer_pending_snapshot(TimerObject *timer, size_t limit);
 
 /* timer.c */
 extern PyType_Spec hwtimer_timer_spec;
@@ -391,12 +432,8 @@ PyObject *hwtimer_call_every(TimerObject *self, int64_t delay, int64_t period_ns
 /* Starts the worker and dispatch thread if needed.  Returns 0 or -1. */
 int hwtimer_timer_start(TimerObject *timer);
 
-/* monitor.c */
-/* stats(): returns a new dict of counts, lateness and the wheel's spread. */
-PyObject *hwtimer_timer_stats(TimerObject *self, PyObject *unused);
-/* Returns a new list of the `limit` soonest pending timeouts, in deadline
-   order, or NULL with MemoryError. */
-PyObject *hwtimer_pending_snapshot(TimerObject *timer, size_t limit);
+/* manual.c */
+extern PyType_Spec hwtimer_manual_spec;
 
 /* scope.c */
 /* An awaitable already done with `value`. */
@@ -422,22 +459,5 @@ typedef struct {
 
 extern PyType_Spec hwtimer_done_spec;
 extern PyType_Spec hwtimer_scope_spec;
-
-/* loopsink.c */
-extern PyType_Spec hwtimer_loop_sink_spec;
-/* Returns the LoopSinkObject delivering to `loop` (a new reference),
-   created and registered with the loop on first use; NULL with an
-   exception. */
-LoopSinkObject *hwtimer_loop_sink_for(TimerObject *timer, PyObject *loop);
-/* Closes every sink in the list (of a timer going away). */
-void hwtimer_loop_sinks_close(PyObject *sinks);
-/* Whether `timer` has callbacks handed to `loop` that it has not run. */
-bool hwtimer_loop_sink_holds(TimerObject *timer, PyObject *loop);
-/* How many runs of periodic timeouts (call_every) `timer`'s loop sinks
-   hold, not yet taken by their loops. */
-Py_ssize_t hwtimer_loop_sinks_periodic(TimerObject *timer);
-
-/* manual.c */
-extern PyType_Spec hwtimer_manual_spec;
 
 #endif /* HWTIMER_BINDING_H */

@@ -1,0 +1,108 @@
+"""The binding's layout: its files depend one way.
+
+src/binding.h lists the binding's files, top first; each may use only the
+hwtimer_* names that the files listed under it define.  These tests read
+the C sources, the cheapest guard there is against a call that goes up
+(and so, sooner or later, a circle).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parent.parent / "src"
+
+# A file-scope definition: a function, a type spec or a variable, not static.
+DEFINITION = re.compile(
+    r"^(?!static\b|extern\b|typedef\b|#)[A-Za-z_][^;(=]*?\b(hwtimer_\w+)\s*[(=;]"
+)
+COMMENT_OR_STRING = re.compile(r'/\*.*?\*/|//[^\n]*|"(?:\\.|[^"\\\n])*"', re.S)
+
+
+def layers(header: str) -> list[str]:
+    """The files binding.h lists, top first."""
+    block = header.split("layers (top first):", 1)[1].split("end of layers", 1)[0]
+    return re.findall(r"^ \*   (\w+\.c) ", block, re.M)
+
+
+def binding_sources() -> dict[str, str]:
+    """The binding's files (those that include binding.h), by name."""
+    return {
+        path.name: path.read_text()
+        for path in sorted(SRC.glob("*.c"))
+        if '#include "binding.h"' in path.read_text()
+    }
+
+
+def definitions(sources: dict[str, str]) -> dict[str, str]:
+    """Where each hwtimer_* name is defined: name -> file."""
+    where: dict[str, str] = {}
+    for name, text in sources.items():
+        for line in COMMENT_OR_STRING.sub("", text).splitlines():
+            m = DEFINITION.match(line)
+            if m:
+                assert m.group(1) not in where, f"{m.group(1)} defined twice"
+                where[m.group(1)] = name
+    return where
+
+
+def upward_uses(sources: dict[str, str], order: list[str]) -> list[str]:
+    """Each use of a name defined in a file above the user, as 'user: name
+    (file)'; `order` is top first."""
+    rank = {name: i for i, name in enumerate(order)}
+    where = definitions(sources)
+    found = []
+    for name, text in sources.items():
+        for used in sorted(set(re.findall(r"\bhwtimer_\w+", COMMENT_OR_STRING.sub("", text)))):
+            home = where.get(used)
+            if home and home != name and rank[home] <= rank[name]:
+                found.append(f"{name}: {used} ({home})")
+    return found
+
+
+def test_binding_h_lists_every_binding_file_once() -> None:
+    order = layers((SRC / "binding.h").read_text())
+    assert len(order) == len(set(order))
+    assert sorted(order) == sorted(binding_sources())
+
+
+def test_each_file_uses_only_the_files_below_it() -> None:
+    order = layers((SRC / "binding.h").read_text())
+    assert upward_uses(binding_sources(), order) == []
+
+
+def test_binding_h_sections_follow_the_layers() -> None:
+    header = (SRC / "binding.h").read_text()
+    sections = re.findall(r"^/\* (\w+\.c) \*/$", header, re.M)
+    order = [name for name in reversed(layers(header)) if name in sections]
+    assert sections == order
+
+
+def test_the_check_finds_an_upward_use_and_a_circle() -> None:
+    sources = {
+        "top.c": "PyObject *hwtimer_top(void)\n{\n    return hwtimer_bottom();\n}\n",
+        "bottom.c": (
+            "/* hwtimer_top() in a comment is no use */\n"
+            "PyObject *hwtimer_bottom(void)\n{\n    return hwtimer_top();\n}\n"
+        ),
+    }
+    assert upward_uses(sources, ["top.c", "bottom.c"]) == ["bottom.c: hwtimer_top (top.c)"]
+    assert upward_uses(sources, ["bottom.c", "top.c"]) == ["top.c: hwtimer_bottom (bottom.c)"]
+
+
+@pytest.mark.parametrize(
+    ("line", "name"),
+    [
+        ("PyObject *hwtimer_timeout_new(TimerObject *timer,", "hwtimer_timeout_new"),
+        ("hwtimer_state *hwtimer_state_of_type(PyTypeObject *tp)", "hwtimer_state_of_type"),
+        ("PyType_Spec hwtimer_timer_spec = {", "hwtimer_timer_spec"),
+        ("_Thread_local TimerObject *hwtimer_current_task_timer;", "hwtimer_current_task_timer"),
+        ("static int hwtimer_private(void)", None),
+        ("    return hwtimer_clock_ns(timer);", None),
+    ],
+)
+def test_definitions_are_read_from_file_scope(line, name) -> None:
+    assert definitions({"f.c": line + "\n"}) == ({name: "f.c"} if name else {})
