@@ -96,35 +96,53 @@ const char *hwtimer_type_name(PyTypeObject *tp);
 typedef struct TimerObject TimerObject;
 typedef struct TimeoutObject TimeoutObject;
 
+/* The module state's references, each owned, declared once: the struct,
+   module_traverse() and module_clear() expand this list, so that none of
+   them can miss a field.  X(type, name) for each. */
+#define HWTIMER_STATE_REFS(X)                                                                      \
+    /* its types */                                                                                \
+    X(PyTypeObject, timer_type)                                                                    \
+    X(PyTypeObject, timeout_type)                                                                  \
+    X(PyTypeObject, loop_timeout_type)                                                             \
+    X(PyTypeObject, periodic_type) /* new_periodic()'s Timeout */                                  \
+    X(PyTypeObject, dispatch_type)                                                                 \
+    X(PyTypeObject, loop_sink_type)                                                                \
+    X(PyTypeObject, done_type)                                                                     \
+    X(PyTypeObject, scope_type)                                                                    \
+    X(PyTypeObject, manual_type) /* hwtimer._hwtimer._ManualTimer */                               \
+    X(PyObject, rejected_error)  /* RejectedExecutionError */                                      \
+    /* what it takes from other modules */                                                         \
+    X(PyObject, logger)               /* logging.getLogger("hwtimer") */                           \
+    X(PyObject, thread_type)          /* threading.Thread */                                       \
+    X(PyObject, timedelta_type)       /* datetime.timedelta */                                     \
+    X(PyObject, get_running_loop)     /* imported on first call_later */                           \
+    X(PyObject, run_task)             /* _run_task, submitted to executors */                      \
+    X(PyObject, threads_exiting_hook) /* _threads_exiting */                                       \
+    /* shared constants */                                                                         \
+    X(PyObject, done_none) /* a _Done of None */                                                   \
+    X(PyObject, empty_tuple)                                                                       \
+    X(PyObject, empty_context) /* where scope deadlines run */                                     \
+    X(PyObject, context_type)  /* contextvars.Context */                                           \
+    X(PyObject, copy_context)  /* contextvars.copy_context */                                      \
+    X(PyObject, context_run)   /* contextvars.Context.run */                                       \
+    /* from _setup_scopes(); NULL until hwtimer._asyncio is imported, the                          \
+       hooks also NULL where tasks have cancelling() (3.11+) */                                    \
+    X(PyObject, default_timer)                                                                     \
+    X(PyObject, current_task)                                                                      \
+    X(PyObject, cancelling_hook)                                                                   \
+    X(PyObject, cancel_hook)                                                                       \
+    X(PyObject, exit_expired_hook)                                                                 \
+    /* interned method names */                                                                    \
+    X(PyObject, str_time)                                                                          \
+    X(PyObject, str_get_loop)                                                                      \
+    X(PyObject, str_cancelling)                                                                    \
+    X(PyObject, str_cancel)                                                                        \
+    X(PyObject, str_call_soon)
+
 typedef struct {
-    PyTypeObject *timer_type;        /* owned */
-    PyTypeObject *timeout_type;      /* owned */
-    PyTypeObject *loop_timeout_type; /* owned */
-    PyTypeObject *periodic_type;     /* owned: new_periodic()'s Timeout */
-    PyTypeObject *dispatch_type;     /* owned */
-    PyTypeObject *loop_sink_type;    /* owned */
-    PyObject *rejected_error;        /* owned: RejectedExecutionError */
-    PyObject *logger;                /* owned: logging.getLogger("hwtimer") */
-    PyObject *thread_type;           /* owned: threading.Thread */
-    PyObject *timedelta_type;        /* owned: datetime.timedelta */
-    PyObject *get_running_loop;      /* owned, imported on first call_later */
-    PyObject *run_task;              /* owned: _run_task, submitted to executors */
-    PyObject *threads_exiting_hook;  /* owned: _threads_exiting */
-    PyTypeObject *done_type;         /* owned */
-    PyTypeObject *scope_type;        /* owned */
-    PyTypeObject *manual_type;       /* owned: hwtimer._hwtimer._ManualTimer */
-    PyObject *done_none;             /* owned: a _Done of None, shared */
-    PyObject *empty_tuple;           /* owned */
-    PyObject *empty_context;         /* owned: where scope deadlines run */
-    PyObject *context_type;          /* owned: contextvars.Context */
-    PyObject *copy_context;          /* owned: contextvars.copy_context */
-    PyObject *context_run;           /* owned: contextvars.Context.run */
-    /* owned, from _setup_scopes(); NULL until hwtimer._asyncio is imported,
-       the hooks also NULL where tasks have cancelling() (3.11+) */
-    PyObject *default_timer, *current_task;
-    PyObject *cancelling_hook, *cancel_hook, *exit_expired_hook;
-    /* owned, interned method names */
-    PyObject *str_time, *str_get_loop, *str_cancelling, *str_cancel, *str_call_soon;
+#define HWTIMER_STATE_FIELD(type, name) type *name;
+    HWTIMER_STATE_REFS(HWTIMER_STATE_FIELD)
+#undef HWTIMER_STATE_FIELD
     TimerObject *live; /* borrowed: started, not stopped */
     Py_ssize_t nlive;
     bool warned_too_many;

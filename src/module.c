@@ -209,38 +209,9 @@ static int module_exec(PyObject *module)
 static int module_traverse(PyObject *module, visitproc visit, void *arg)
 {
     hwtimer_state *st = state_of_module(module);
-    Py_VISIT(st->timer_type);
-    Py_VISIT(st->timeout_type);
-    Py_VISIT(st->loop_timeout_type);
-    Py_VISIT(st->periodic_type);
-    Py_VISIT(st->dispatch_type);
-    Py_VISIT(st->loop_sink_type);
-    Py_VISIT(st->rejected_error);
-    Py_VISIT(st->logger);
-    Py_VISIT(st->thread_type);
-    Py_VISIT(st->timedelta_type);
-    Py_VISIT(st->get_running_loop);
-    Py_VISIT(st->run_task);
-    Py_VISIT(st->threads_exiting_hook);
-    Py_VISIT(st->done_type);
-    Py_VISIT(st->scope_type);
-    Py_VISIT(st->manual_type);
-    Py_VISIT(st->done_none);
-    Py_VISIT(st->empty_tuple);
-    Py_VISIT(st->empty_context);
-    Py_VISIT(st->context_type);
-    Py_VISIT(st->copy_context);
-    Py_VISIT(st->context_run);
-    Py_VISIT(st->default_timer);
-    Py_VISIT(st->current_task);
-    Py_VISIT(st->cancelling_hook);
-    Py_VISIT(st->cancel_hook);
-    Py_VISIT(st->exit_expired_hook);
-    Py_VISIT(st->str_time);
-    Py_VISIT(st->str_get_loop);
-    Py_VISIT(st->str_cancelling);
-    Py_VISIT(st->str_cancel);
-    Py_VISIT(st->str_call_soon);
+#define VISIT_FIELD(type, name) Py_VISIT(st->name);
+    HWTIMER_STATE_REFS(VISIT_FIELD)
+#undef VISIT_FIELD
     return 0;
 }
 
@@ -253,38 +224,9 @@ static int module_clear(PyObject *module)
         PyObject_GC_Del(to);
     }
     st->nfree = 0;
-    Py_CLEAR(st->timer_type);
-    Py_CLEAR(st->timeout_type);
-    Py_CLEAR(st->loop_timeout_type);
-    Py_CLEAR(st->periodic_type);
-    Py_CLEAR(st->dispatch_type);
-    Py_CLEAR(st->loop_sink_type);
-    Py_CLEAR(st->rejected_error);
-    Py_CLEAR(st->logger);
-    Py_CLEAR(st->thread_type);
-    Py_CLEAR(st->timedelta_type);
-    Py_CLEAR(st->get_running_loop);
-    Py_CLEAR(st->run_task);
-    Py_CLEAR(st->threads_exiting_hook);
-    Py_CLEAR(st->done_type);
-    Py_CLEAR(st->scope_type);
-    Py_CLEAR(st->manual_type);
-    Py_CLEAR(st->done_none);
-    Py_CLEAR(st->empty_tuple);
-    Py_CLEAR(st->empty_context);
-    Py_CLEAR(st->context_type);
-    Py_CLEAR(st->copy_context);
-    Py_CLEAR(st->context_run);
-    Py_CLEAR(st->default_timer);
-    Py_CLEAR(st->current_task);
-    Py_CLEAR(st->cancelling_hook);
-    Py_CLEAR(st->cancel_hook);
-    Py_CLEAR(st->exit_expired_hook);
-    Py_CLEAR(st->str_time);
-    Py_CLEAR(st->str_get_loop);
-    Py_CLEAR(st->str_cancelling);
-    Py_CLEAR(st->str_cancel);
-    Py_CLEAR(st->str_call_soon);
+#define CLEAR_FIELD(type, name) Py_CLEAR(st->name);
+    HWTIMER_STATE_REFS(CLEAR_FIELD)
+#undef CLEAR_FIELD
     return 0;
 }
 

@@ -106,3 +106,16 @@ def test_the_check_finds_an_upward_use_and_a_circle() -> None:
 )
 def test_definitions_are_read_from_file_scope(line, name) -> None:
     assert definitions({"f.c": line + "\n"}) == ({name: "f.c"} if name else {})
+
+
+def test_module_state_holds_references_only_through_its_list() -> None:
+    # module_traverse() and module_clear() expand HWTIMER_STATE_REFS: a
+    # reference declared in the struct by hand would be missed by both.
+    header = (SRC / "binding.h").read_text()
+    struct = header.split("typedef struct {\n#define HWTIMER_STATE_FIELD", 1)[1]
+    struct = struct.split("} hwtimer_state;", 1)[0]
+    assert not re.findall(r"\bPy\w*Object \*\w+", COMMENT_OR_STRING.sub("", struct))
+    module = (SRC / "module.c").read_text()
+    for function in ("module_traverse", "module_clear"):
+        body = module.split(f"static int {function}(", 1)[1].split("\n}\n", 1)[0]
+        assert "HWTIMER_STATE_REFS(" in body, function
