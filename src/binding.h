@@ -93,6 +93,15 @@ const char *hwtimer_type_name(PyTypeObject *tp);
 #define hwtimer_type_name(tp) ((tp)->tp_name)
 #endif
 
+/* The flags of every type: immutable where the version has the flag
+   (3.10+), as CPython's own heap types are, so that no one can patch a
+   method of a type that every interpreter thread shares. */
+#ifdef Py_TPFLAGS_IMMUTABLETYPE
+#define HWTIMER_TPFLAGS (Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE)
+#else
+#define HWTIMER_TPFLAGS Py_TPFLAGS_DEFAULT
+#endif
+
 typedef struct TimerObject TimerObject;
 typedef struct TimeoutObject TimeoutObject;
 

@@ -125,7 +125,7 @@ static PyType_Slot dispatch_slots[] = {
 PyType_Spec hwtimer_dispatch_spec = {
     .name = "hwtimer._Dispatch",
     .basicsize = sizeof(DispatchObject),
-    .flags = Py_TPFLAGS_DEFAULT,
+    .flags = HWTIMER_TPFLAGS,
     .slots = dispatch_slots,
 };
 

@@ -523,6 +523,6 @@ static PyType_Slot sink_slots[] = {
 PyType_Spec hwtimer_loop_sink_spec = {
     .name = "hwtimer._LoopSink",
     .basicsize = sizeof(LoopSinkObject),
-    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .flags = HWTIMER_TPFLAGS | Py_TPFLAGS_HAVE_GC,
     .slots = sink_slots,
 };

@@ -184,6 +184,6 @@ static PyType_Slot loop_timeout_slots[] = {
 PyType_Spec hwtimer_loop_timeout_spec = {
     .name = "hwtimer._LoopTimeout",
     .basicsize = sizeof(LoopTimeoutObject),
-    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .flags = HWTIMER_TPFLAGS | Py_TPFLAGS_HAVE_GC,
     .slots = loop_timeout_slots,
 };

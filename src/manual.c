@@ -252,6 +252,6 @@ PyType_Spec hwtimer_manual_spec = {
     .name = "hwtimer._hwtimer._ManualTimer",
     .basicsize = sizeof(TimerObject),
     /* GC support, traverse and clear are inherited from HashedWheelTimer */
-    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .flags = HWTIMER_TPFLAGS | Py_TPFLAGS_BASETYPE,
     .slots = manual_slots,
 };

@@ -111,7 +111,7 @@ static PyType_Slot done_slots[] = {
 PyType_Spec hwtimer_done_spec = {
     .name = "hwtimer._Done",
     .basicsize = sizeof(DoneObject),
-    .flags = Py_TPFLAGS_DEFAULT,
+    .flags = HWTIMER_TPFLAGS,
     .slots = done_slots,
 };
 
@@ -581,6 +581,6 @@ static PyType_Slot scope_slots[] = {
 PyType_Spec hwtimer_scope_spec = {
     .name = "hwtimer.TimeoutScope",
     .basicsize = sizeof(ScopeObject),
-    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .flags = HWTIMER_TPFLAGS | Py_TPFLAGS_HAVE_GC,
     .slots = scope_slots,
 };

@@ -259,7 +259,7 @@ static PyType_Slot timeout_slots[] = {
 PyType_Spec hwtimer_timeout_spec = {
     .name = "hwtimer.Timeout",
     .basicsize = sizeof(TimeoutObject),
-    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_BASETYPE,
+    .flags = HWTIMER_TPFLAGS | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_BASETYPE,
     .slots = timeout_slots,
 };
 
@@ -277,6 +277,6 @@ static PyType_Slot periodic_slots[] = {
 PyType_Spec hwtimer_periodic_spec = {
     .name = "hwtimer._PeriodicTimeout",
     .basicsize = sizeof(PeriodicTimeoutObject),
-    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .flags = HWTIMER_TPFLAGS | Py_TPFLAGS_HAVE_GC,
     .slots = periodic_slots,
 };

@@ -894,6 +894,6 @@ PyType_Spec hwtimer_timer_spec = {
     .name = "hwtimer.HashedWheelTimer",
     .basicsize = sizeof(TimerObject),
     /* a base type for hwtimer.testing.ManualTimer */
-    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_BASETYPE,
+    .flags = HWTIMER_TPFLAGS | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_BASETYPE,
     .slots = timer_slots,
 };

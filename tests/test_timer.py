@@ -7,6 +7,7 @@ import concurrent.futures
 import datetime
 import gc
 import logging
+import sys
 import threading
 import time
 import warnings
@@ -25,7 +26,7 @@ from conftest import (
 )
 
 import hwtimer
-from hwtimer import HashedWheelTimer, RejectedExecutionError, Timeout
+from hwtimer import HashedWheelTimer, RejectedExecutionError, Timeout, _hwtimer
 
 
 def noop(timeout: Timeout) -> None:
@@ -240,6 +241,21 @@ def test_dispatch_thread_is_a_daemon_python_thread(make_timer) -> None:
     threads = [t for t in threading.enumerate() if t.name == "disp-test-dispatch"]
     assert len(threads) == 1
     assert threads[0].daemon
+
+
+@pytest.mark.skipif(sys.version_info < (3, 10), reason="Py_TPFLAGS_IMMUTABLETYPE is 3.10's")
+def test_types_are_immutable(make_timer) -> None:
+    # as CPython's own heap types: no one patches what every thread shares
+    timer = make_timer()
+    periodic = timer.new_periodic(noop, 3600)
+    types = [HashedWheelTimer, Timeout, hwtimer.TimeoutScope, _hwtimer._ManualTimer, type(periodic)]
+    try:
+        for tp in types:
+            with pytest.raises(TypeError, match="immutable"):
+                tp.patched = None
+            assert not hasattr(tp, "patched")
+    finally:
+        periodic.cancel()
 
 
 @pytest.mark.parametrize(
