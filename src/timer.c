@@ -317,26 +317,58 @@ static int64_t manual_clock(void *ctx)
     return atomic_load_explicit((_Atomic int64_t *)ctx, memory_order_relaxed);
 }
 
-/* Makes the core of `self` from the checked settings.  Returns 0 or -1. */
-static int make_core(TimerObject *self, double tick, uint32_t wheel)
+/* Checks the constructor's arguments and reads them into `cfg`: every
+   setting but the thread's name and the clock, which belong to the
+   timer being made.  Returns 0, or -1 with TypeError or ValueError (or
+   what a warning filter raised). */
+static int parse_config(hwtimer_state *st, const hwtimer_timer_args *a, hwt_config *cfg)
 {
+    double tick;
+    if (parse_tick(st, a->tick_duration, a->default_tick, &tick) < 0)
+        return -1;
+    long long ticks = a->default_ticks, max_pending = 0;
+    if (a->ticks_per_wheel && hwtimer_parse_int(a->ticks_per_wheel, "ticks_per_wheel", &ticks) < 0)
+        return -1;
+    uint32_t wheel = 0;
+    if (ticks <= 0 || hwt_round_ticks((uint64_t)ticks, &wheel) != 0) {
+        PyErr_Format(PyExc_ValueError, "ticks_per_wheel must be in 1..2**30, not %R",
+                     a->ticks_per_wheel);
+        return -1;
+    }
+    if (tick * 1e9 >= 9.2e18 / wheel) {
+        PyErr_SetString(PyExc_ValueError,
+                        "tick_duration * ticks_per_wheel does not fit in 64-bit nanoseconds");
+        return -1;
+    }
+    if (a->max_pending_timeouts &&
+        hwtimer_parse_int(a->max_pending_timeouts, "max_pending_timeouts", &max_pending) < 0)
+        return -1;
+    if (check_name_and_executor(a->thread_name, a->executor) < 0)
+        return -1;
     const char *wake_every = getenv("HWTIMER_WAKE_EVERY_TICK");
-    hwt_config cfg = {
+    *cfg = (hwt_config){
         .tick_ns = (int64_t)llround(tick * 1e9),
         .ticks_per_wheel = wheel,
-        .max_pending = self->max_pending,
-        .thread_name = PyUnicode_AsUTF8AndSize(self->name, NULL),
+        .max_pending = max_pending > 0 ? (int64_t)max_pending : 0,
         .wake_every_tick = wake_every && *wake_every && strcmp(wake_every, "0") != 0,
-        .manual = self->manual,
-        .clock = self->manual ? manual_clock : NULL,
-        .clock_ctx = self->manual ? (void *)&self->manual_now : NULL,
+        .manual = a->manual,
     };
+    return 0;
+}
+
+/* Makes the core of `self` from `cfg`, given the timer's own settings:
+   its thread's name and, for a manual timer, its clock.  Returns 0 or
+   -1. */
+static int make_core(TimerObject *self, hwt_config cfg)
+{
+    cfg.thread_name = PyUnicode_AsUTF8AndSize(self->name, NULL);
     if (!cfg.thread_name)
         return -1;
     char native[16];
     hwtimer_native_name(cfg.thread_name, native);
     cfg.thread_name = native;
-    self->tick_duration = (double)cfg.tick_ns / 1e9;
+    cfg.clock = self->manual ? manual_clock : NULL;
+    cfg.clock_ctx = self->manual ? (void *)&self->manual_now : NULL;
     self->core = hwt_timer_new(&cfg);
     if (!self->core)
         return hwtimer_core_error(self, errno, "create the timer");
@@ -347,29 +379,9 @@ static int make_core(TimerObject *self, double tick, uint32_t wheel)
 PyObject *hwtimer_timer_build(PyTypeObject *tp, const hwtimer_timer_args *a)
 {
     hwtimer_state *st = hwtimer_state_of_type(tp);
-    double tick;
-    if (parse_tick(st, a->tick_duration, a->default_tick, &tick) < 0)
+    hwt_config cfg;
+    if (parse_config(st, a, &cfg) < 0)
         return NULL;
-    long long ticks = a->default_ticks, max_pending = 0;
-    if (a->ticks_per_wheel && hwtimer_parse_int(a->ticks_per_wheel, "ticks_per_wheel", &ticks) < 0)
-        return NULL;
-    uint32_t wheel = 0;
-    if (ticks <= 0 || hwt_round_ticks((uint64_t)ticks, &wheel) != 0) {
-        PyErr_Format(PyExc_ValueError, "ticks_per_wheel must be in 1..2**30, not %R",
-                     a->ticks_per_wheel);
-        return NULL;
-    }
-    if (tick * 1e9 >= 9.2e18 / wheel) {
-        PyErr_SetString(PyExc_ValueError,
-                        "tick_duration * ticks_per_wheel does not fit in 64-bit nanoseconds");
-        return NULL;
-    }
-    if (a->max_pending_timeouts &&
-        hwtimer_parse_int(a->max_pending_timeouts, "max_pending_timeouts", &max_pending) < 0)
-        return NULL;
-    if (check_name_and_executor(a->thread_name, a->executor) < 0)
-        return NULL;
-
     TimerObject *self = (TimerObject *)HWT_TP_ALLOC(tp)(tp, 0);
     if (!self)
         return NULL;
@@ -382,7 +394,8 @@ PyObject *hwtimer_timer_build(PyTypeObject *tp, const hwtimer_timer_args *a)
         hwtimer_core_error(NULL, err, "create the timer");
         return NULL;
     }
-    self->max_pending = max_pending > 0 ? (int64_t)max_pending : 0;
+    self->max_pending = cfg.max_pending;
+    self->tick_duration = (double)cfg.tick_ns / 1e9;
     self->name = a->thread_name != Py_None ? (Py_INCREF(a->thread_name), a->thread_name)
                                            : PyUnicode_FromFormat("hwtimer-%lu", ++st->next_id);
     self->loop_sinks = PyList_New(0);
@@ -394,7 +407,7 @@ PyObject *hwtimer_timer_build(PyTypeObject *tp, const hwtimer_timer_args *a)
         Py_INCREF(a->executor);
         self->executor = a->executor;
     }
-    if (make_core(self, tick, wheel) < 0) {
+    if (make_core(self, cfg) < 0) {
         Py_DECREF(self);
         return NULL;
     }
