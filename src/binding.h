@@ -324,10 +324,24 @@ void hwtimer_native_name(const char *name, char out[16]);
 /* Reads a non-bool int argument into *out, saturated to LLONG_MIN or
    LLONG_MAX.  Returns 0 or -1 with TypeError. */
 int hwtimer_parse_int(PyObject *obj, const char *what, long long *out);
-/* Matches fastcall arguments to `names`; fills `out` (borrowed).  Returns
-   0 or -1 with a TypeError naming `fname`. */
-int hwtimer_bind_args(const char *fname, const char *const *names, Py_ssize_t nnames,
-                      PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, PyObject **out);
+/* A function's parameters: `names` in order, the first npositional_only
+   of them only by position, the last nkeyword_only only by keyword, the
+   first nrequired required.  With `varargs`, more positional arguments
+   than the positional parameters are left to the caller, as *args. */
+typedef struct {
+    const char *fname; /* for messages: "new_timeout" */
+    const char *const *names;
+    Py_ssize_t nparams, npositional_only, nkeyword_only, nrequired;
+    bool varargs;
+} hwtimer_signature;
+/* The binding's one argument parser: binds a fastcall's arguments to the
+   parameters of `sig`, out[i] (borrowed) for names[i], NULL where not
+   given.  Returns 0, or -1 with a TypeError naming sig->fname. */
+int hwtimer_bind(const hwtimer_signature *sig, PyObject *const *args, Py_ssize_t nargs,
+                 PyObject *kwnames, PyObject **out);
+/* The same for a call through a tuple and a dict (tp_new, tp_init). */
+int hwtimer_bind_tuple(const hwtimer_signature *sig, PyObject *args, PyObject *kwds,
+                       PyObject **out);
 /* Returns the running event loop (new reference), or NULL with
    RuntimeError when there is none. */
 PyObject *hwtimer_running_loop(hwtimer_state *st);

@@ -283,37 +283,90 @@ int hwtimer_parse_int(PyObject *obj, const char *what, long long *out)
     return 0;
 }
 
-/* Matches fastcall arguments to `names`; fills `out` (borrowed).  Returns
-   0 or -1 with a TypeError naming `fname`. */
-int hwtimer_bind_args(const char *fname, const char *const *names, Py_ssize_t nnames,
-                      PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, PyObject **out)
+/* ---- binding arguments to parameters ---- */
+
+/* The parameters that may be given by position. */
+static Py_ssize_t positional_params(const hwtimer_signature *sig)
 {
-    if (nargs > nnames) {
-        PyErr_Format(PyExc_TypeError, "%s() takes %zd arguments (%zd given)", fname, nnames, nargs);
-        return -1;
-    }
-    for (Py_ssize_t i = 0; i < nnames; i++)
-        out[i] = i < nargs ? args[i] : NULL;
-    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
-    for (Py_ssize_t k = 0; k < nkw; k++) {
-        PyObject *key = PyTuple_GET_ITEM(kwnames, k);
-        Py_ssize_t i = 0;
-        while (i < nnames && !PyUnicode_CompareWithASCIIString(key, names[i]) == 0)
-            i++;
-        if (i == nnames || out[i]) {
-            PyErr_Format(PyExc_TypeError, "%s() got %s argument %R", fname,
-                         i == nnames ? "an unexpected keyword" : "multiple values for", key);
+    return sig->nparams - sig->nkeyword_only;
+}
+
+/* Refuses more positional arguments than `sig` takes.  Returns 0 or -1. */
+static int check_positional(const hwtimer_signature *sig, Py_ssize_t nargs)
+{
+    Py_ssize_t max = positional_params(sig);
+    if (nargs <= max || sig->varargs)
+        return 0;
+    PyErr_Format(PyExc_TypeError, "%s() takes %s%zd positional argument%s (%zd given)", sig->fname,
+                 max == sig->nrequired ? "" : "at most ", max, max == 1 ? "" : "s", nargs);
+    return -1;
+}
+
+/* Binds the keyword argument `key` (a str) to the parameter of that name,
+   which must not be positional-only nor bound already.  Returns 0 or -1. */
+static int bind_keyword(const hwtimer_signature *sig, PyObject *key, PyObject *value,
+                        PyObject **out)
+{
+    for (Py_ssize_t i = sig->npositional_only; i < sig->nparams; i++) {
+        bool same_name = PyUnicode_CompareWithASCIIString(key, sig->names[i]) == 0;
+        if (!same_name)
+            continue;
+        if (out[i]) {
+            PyErr_Format(PyExc_TypeError, "%s() got multiple values for argument %R", sig->fname,
+                         key);
             return -1;
         }
-        out[i] = args[nargs + k];
+        out[i] = value;
+        return 0;
     }
-    for (Py_ssize_t i = 0; i < nnames; i++) {
+    PyErr_Format(PyExc_TypeError, "%s() got an unexpected keyword argument %R", sig->fname, key);
+    return -1;
+}
+
+/* Refuses a call that left a required parameter unbound.  Returns 0 or
+   -1. */
+static int check_required(const hwtimer_signature *sig, PyObject *const *out)
+{
+    for (Py_ssize_t i = 0; i < sig->nrequired; i++) {
         if (!out[i]) {
-            PyErr_Format(PyExc_TypeError, "%s() missing required argument '%s'", fname, names[i]);
+            PyErr_Format(PyExc_TypeError, "%s() missing required argument '%s'", sig->fname,
+                         sig->names[i]);
             return -1;
         }
     }
     return 0;
+}
+
+int hwtimer_bind(const hwtimer_signature *sig, PyObject *const *args, Py_ssize_t nargs,
+                 PyObject *kwnames, PyObject **out)
+{
+    if (check_positional(sig, nargs) < 0)
+        return -1;
+    Py_ssize_t npositional = nargs < positional_params(sig) ? nargs : positional_params(sig);
+    for (Py_ssize_t i = 0; i < sig->nparams; i++)
+        out[i] = i < npositional ? args[i] : NULL;
+    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    for (Py_ssize_t k = 0; k < nkw; k++) {
+        if (bind_keyword(sig, PyTuple_GET_ITEM(kwnames, k), args[nargs + k], out) < 0)
+            return -1;
+    }
+    return check_required(sig, out);
+}
+
+int hwtimer_bind_tuple(const hwtimer_signature *sig, PyObject *args, PyObject *kwds, PyObject **out)
+{
+    Py_ssize_t nargs = PyTuple_GET_SIZE(args);
+    if (check_positional(sig, nargs) < 0)
+        return -1;
+    for (Py_ssize_t i = 0; i < sig->nparams; i++)
+        out[i] = i < nargs && i < positional_params(sig) ? PyTuple_GET_ITEM(args, i) : NULL;
+    PyObject *key, *value;
+    Py_ssize_t pos = 0;
+    while (kwds && PyDict_Next(kwds, &pos, &key, &value)) {
+        if (bind_keyword(sig, key, value, out) < 0)
+            return -1;
+    }
+    return check_required(sig, out);
 }
 
 PyObject *hwtimer_running_loop(hwtimer_state *st)

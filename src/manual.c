@@ -208,15 +208,20 @@ static PyObject *manual_holds(TimerObject *self, PyObject *loop)
 
 static PyObject *manual_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"tick_duration", "ticks_per_wheel", "max_pending_timeouts", NULL};
-    hwtimer_timer_args a = {.thread_name = Py_None,
+    static const char *const names[] = {"tick_duration", "ticks_per_wheel", "max_pending_timeouts"};
+    static const hwtimer_signature sig = {
+        .fname = "ManualTimer", .names = names, .nparams = 3, .nkeyword_only = 1};
+    PyObject *given[3];
+    if (hwtimer_bind_tuple(&sig, args, kwds, given) < 0)
+        return NULL;
+    hwtimer_timer_args a = {.tick_duration = given[0],
+                            .ticks_per_wheel = given[1],
+                            .max_pending_timeouts = given[2],
+                            .thread_name = Py_None,
                             .executor = Py_None,
                             .default_tick = 0.001,
                             .default_ticks = 4096,
                             .manual = true};
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|OO$O:ManualTimer", kwlist, &a.tick_duration,
-                                     &a.ticks_per_wheel, &a.max_pending_timeouts))
-        return NULL;
     return hwtimer_timer_build(tp, &a);
 }
 

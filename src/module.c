@@ -42,13 +42,21 @@ static PyObject *threads_exiting(PyObject *module, PyObject *unused)
 /* _setup_scopes(default_timer, current_task, cancelling, cancel_task,
    exit_expired): what TimeoutScope takes from hwtimer._asyncio.  The two
    middle ones are None where Task.cancelling() exists (3.11+). */
-static PyObject *setup_scopes(PyObject *module, PyObject *args)
+static PyObject *setup_scopes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
+    static const char *const names[] = {"default_timer", "current_task", "cancelling",
+                                        "cancel_task", "exit_expired"};
+    static const hwtimer_signature sig = {.fname = "_setup_scopes",
+                                          .names = names,
+                                          .nparams = 5,
+                                          .npositional_only = 5,
+                                          .nrequired = 5};
     hwtimer_state *st = state_of_module(module);
-    PyObject *default_timer, *current_task, *cancelling, *cancel_task, *exit_expired;
-    if (!PyArg_UnpackTuple(args, "_setup_scopes", 5, 5, &default_timer, &current_task, &cancelling,
-                           &cancel_task, &exit_expired))
+    PyObject *given[5];
+    if (hwtimer_bind(&sig, args, nargs, NULL, given) < 0)
         return NULL;
+    PyObject *default_timer = given[0], *current_task = given[1], *cancelling = given[2],
+             *cancel_task = given[3], *exit_expired = given[4];
     Py_INCREF(default_timer);
     Py_XSETREF(st->default_timer, default_timer);
     Py_INCREF(current_task);
@@ -100,7 +108,7 @@ static PyMethodDef module_methods[] = {
      "_run_task($module, timeout, /)\n--\n\nRuns a timeout's task on this thread (for executors)."},
     {"_threads_exiting", threads_exiting, METH_NOARGS,
      "_threads_exiting($module, /)\n--\n\nNotes that threading's exit hooks run."},
-    {"_setup_scopes", setup_scopes, METH_VARARGS,
+    {"_setup_scopes", (PyCFunction)(void (*)(void))setup_scopes, METH_FASTCALL,
      "_setup_scopes($module, default_timer, current_task, cancelling, cancel_task, "
      "exit_expired, /)\n--\n\nWhat TimeoutScope takes from hwtimer._asyncio."},
     {"_follow_loop_time", follow_loop_time, METH_O,

@@ -252,10 +252,13 @@ static int check_deadline(PyObject *obj, const char *what, double *out)
 
 static int scope_init(ScopeObject *self, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"when", "timer", NULL};
-    PyObject *when, *timer = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|$O:TimeoutScope", kwlist, &when, &timer))
+    static const char *const names[] = {"when", "timer"};
+    static const hwtimer_signature sig = {
+        .fname = "TimeoutScope", .names = names, .nparams = 2, .nkeyword_only = 1, .nrequired = 1};
+    PyObject *given[2];
+    if (hwtimer_bind_tuple(&sig, args, kwds, given) < 0)
         return -1;
+    PyObject *when = given[0], *timer = given[1] ? given[1] : Py_None;
     hwtimer_state *st = scope_state(self);
     double w;
     if (when != Py_None && ((!PyFloat_Check(when) && !PyLong_Check(when)) || PyBool_Check(when))) {

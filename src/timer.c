@@ -416,14 +416,22 @@ PyObject *hwtimer_timer_build(PyTypeObject *tp, const hwtimer_timer_args *a)
 
 static PyObject *timer_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"tick_duration", "ticks_per_wheel", "max_pending_timeouts",
-                             "thread_name",   "executor",        NULL};
-    hwtimer_timer_args a = {
-        .thread_name = Py_None, .executor = Py_None, .default_tick = 0.1, .default_ticks = 512};
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|OO$OOO:HashedWheelTimer", kwlist,
-                                     &a.tick_duration, &a.ticks_per_wheel, &a.max_pending_timeouts,
-                                     &a.thread_name, &a.executor))
+    static const char *const names[] = {"tick_duration", "ticks_per_wheel", "max_pending_timeouts",
+                                        "thread_name", "executor"};
+    static const hwtimer_signature sig = {
+        .fname = "HashedWheelTimer", .names = names, .nparams = 5, .nkeyword_only = 3};
+    PyObject *given[5];
+    if (hwtimer_bind_tuple(&sig, args, kwds, given) < 0)
         return NULL;
+    hwtimer_timer_args a = {
+        .tick_duration = given[0],
+        .ticks_per_wheel = given[1],
+        .max_pending_timeouts = given[2],
+        .thread_name = given[3] ? given[3] : Py_None,
+        .executor = given[4] ? given[4] : Py_None,
+        .default_tick = 0.1,
+        .default_ticks = 512,
+    };
     return hwtimer_timer_build(tp, &a);
 }
 
@@ -456,21 +464,24 @@ static PyObject *timer_new_timeout(TimerObject *self, PyObject *const *args, Py_
                                    PyObject *kwnames)
 {
     static const char *const names[] = {"task", "delay"};
-    PyObject *a[2];
-    if (hwtimer_bind_args("new_timeout", names, 2, args, nargs, kwnames, a) < 0)
+    static const hwtimer_signature sig = {
+        .fname = "new_timeout", .names = names, .nparams = 2, .nrequired = 2};
+    PyObject *given[2];
+    if (hwtimer_bind(&sig, args, nargs, kwnames, given) < 0)
         return NULL;
-    if (!PyCallable_Check(a[0])) {
+    PyObject *task = given[0], *delay_o = given[1];
+    if (!PyCallable_Check(task)) {
         PyErr_Format(PyExc_TypeError, "task must be callable, not %.200s",
-                     hwtimer_type_name(Py_TYPE(a[0])));
+                     hwtimer_type_name(Py_TYPE(task)));
         return NULL;
     }
     int64_t delay;
-    if (hwtimer_parse_delay(self->state, a[1], "delay", &delay) < 0)
+    if (hwtimer_parse_delay(self->state, delay_o, "delay", &delay) < 0)
         return NULL;
     if (hwtimer_timer_start(self) < 0)
         return NULL;
     PyObject *to = hwtimer_timeout_new(self, self->state->timeout_type,
-                                       hwt_timer_default_sink(self->core), a[0]);
+                                       hwt_timer_default_sink(self->core), task);
     if (!to)
         return NULL;
     if (hwtimer_timeout_submit(self, to, delay, 0, HWT_MISSED_SKIP) < 0) {
@@ -509,13 +520,16 @@ static int parse_periodic(hwtimer_state *st, PyObject *period_o, PyObject *delay
     return -1;
 }
 
-static PyObject *timer_new_periodic(TimerObject *self, PyObject *args, PyObject *kwds)
+static PyObject *timer_new_periodic(TimerObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                    PyObject *kwnames)
 {
-    static char *kwlist[] = {"task", "period", "delay", "missed", NULL};
-    PyObject *task, *period_o, *delay_o = NULL, *missed_o = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO|$OO:new_periodic", kwlist, &task, &period_o,
-                                     &delay_o, &missed_o))
+    static const char *const names[] = {"task", "period", "delay", "missed"};
+    static const hwtimer_signature sig = {
+        .fname = "new_periodic", .names = names, .nparams = 4, .nkeyword_only = 2, .nrequired = 2};
+    PyObject *given[4];
+    if (hwtimer_bind(&sig, args, nargs, kwnames, given) < 0)
         return NULL;
+    PyObject *task = given[0], *period_o = given[1], *delay_o = given[2], *missed_o = given[3];
     if (!PyCallable_Check(task)) {
         PyErr_Format(PyExc_TypeError, "task must be callable, not %.200s",
                      hwtimer_type_name(Py_TYPE(task)));
@@ -584,51 +598,39 @@ static int refuse_closed_loop(PyObject *loop)
     return is_closed ? -1 : 0;
 }
 
-/* Reads call_later()'s keywords (loop, context) and call_every()'s
-   (also delay, missed) into `out` (borrowed, NULL when absent).  Returns
-   0 or -1. */
-static int loop_keywords(const char *fname, bool periodic, PyObject *const *kwvalues,
-                         PyObject *kwnames, PyObject *out[4])
-{
-    static const char *const names[] = {"loop", "context", "delay", "missed"};
-    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
-    for (int i = 0; i < 4; i++)
-        out[i] = NULL;
-    for (Py_ssize_t k = 0; k < nkw; k++) {
-        PyObject *key = PyTuple_GET_ITEM(kwnames, k);
-        int i = 0;
-        while (i < (periodic ? 4 : 2) && PyUnicode_CompareWithASCIIString(key, names[i]) != 0)
-            i++;
-        if (i == (periodic ? 4 : 2)) {
-            PyErr_Format(PyExc_TypeError, "%s() got an unexpected keyword argument %R", fname, key);
-            return -1;
-        }
-        out[i] = kwvalues[k];
-    }
-    return 0;
-}
-
 /* call_later(delay, callback, *args, loop=, context=) and
    call_every(period, callback, *args, loop=, context=, delay=, missed=). */
 static PyObject *loop_call(TimerObject *self, bool periodic, PyObject *const *args,
                            Py_ssize_t nargs, PyObject *kwnames)
 {
-    const char *fname = periodic ? "call_every" : "call_later";
-    if (nargs < 2) {
-        PyErr_Format(PyExc_TypeError, "%s() takes a %s and a callback", fname,
-                     periodic ? "period" : "delay");
+    static const char *const later_names[] = {"delay", "callback", "loop", "context"};
+    static const char *const every_names[] = {"period",  "callback", "loop",
+                                              "context", "delay",    "missed"};
+    static const hwtimer_signature later = {.fname = "call_later",
+                                            .names = later_names,
+                                            .nparams = 4,
+                                            .npositional_only = 2,
+                                            .nkeyword_only = 2,
+                                            .nrequired = 2,
+                                            .varargs = true};
+    static const hwtimer_signature every = {.fname = "call_every",
+                                            .names = every_names,
+                                            .nparams = 6,
+                                            .npositional_only = 2,
+                                            .nkeyword_only = 4,
+                                            .nrequired = 2,
+                                            .varargs = true};
+    PyObject *given[6] = {NULL}; /* delay or period, callback, loop, context, delay, missed */
+    if (hwtimer_bind(periodic ? &every : &later, args, nargs, kwnames, given) < 0)
         return NULL;
-    }
-    PyObject *kw[4]; /* loop, context, delay, missed */
-    if (loop_keywords(fname, periodic, args + nargs, kwnames, kw) < 0)
-        return NULL;
-    PyObject *loop = kw[0], *context = kw[1];
+    PyObject *loop = given[2], *context = given[3];
     int64_t delay, period = 0;
     int missed = HWT_MISSED_SKIP;
-    if (periodic ? parse_periodic(self->state, args[0], kw[2], kw[3], &period, &delay, &missed)
-                 : hwtimer_parse_delay(self->state, args[0], "delay", &delay))
+    if (periodic
+            ? parse_periodic(self->state, given[0], given[4], given[5], &period, &delay, &missed)
+            : hwtimer_parse_delay(self->state, given[0], "delay", &delay))
         return NULL;
-    PyObject *callback = args[1];
+    PyObject *callback = given[1];
     if (!PyCallable_Check(callback)) {
         PyErr_Format(PyExc_TypeError, "callback must be callable, not %.200s",
                      hwtimer_type_name(Py_TYPE(callback)));
@@ -682,11 +684,14 @@ static PyObject *timer_pending_timeouts(TimerObject *self, PyObject *unused)
 }
 
 /* pending_snapshot(limit=100): the argument here, the walk in monitor.c. */
-static PyObject *timer_pending_snapshot(TimerObject *self, PyObject *args, PyObject *kwds)
+static PyObject *timer_pending_snapshot(TimerObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                        PyObject *kwnames)
 {
-    static char *kwlist[] = {"limit", NULL};
-    PyObject *limit_o = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|O:pending_snapshot", kwlist, &limit_o))
+    static const char *const names[] = {"limit"};
+    static const hwtimer_signature sig = {
+        .fname = "pending_snapshot", .names = names, .nparams = 1};
+    PyObject *limit_o;
+    if (hwtimer_bind(&sig, args, nargs, kwnames, &limit_o) < 0)
         return NULL;
     long long limit = 100;
     if (limit_o && hwtimer_parse_int(limit_o, "limit", &limit) < 0)
@@ -851,7 +856,7 @@ static PyMethodDef timer_methods[] = {
     {"call_later", (PyCFunction)(void (*)(void))timer_call_later, METH_FASTCALL | METH_KEYWORDS,
      "call_later($self, delay, callback, /, *args, loop=None, context=None)\n--\n\nRuns "
      "callback(*args) in the thread of an asyncio event loop after delay seconds."},
-    {"new_periodic", (PyCFunction)(void (*)(void))timer_new_periodic, METH_VARARGS | METH_KEYWORDS,
+    {"new_periodic", (PyCFunction)(void (*)(void))timer_new_periodic, METH_FASTCALL | METH_KEYWORDS,
      "new_periodic($self, /, task, period, *, delay=None, missed='skip')\n--\n\nCalls "
      "task(timeout) at start + delay + k * period, k = 0, 1, ..., until cancelled; missed runs "
      "are skipped, delayed or run in a burst."},
@@ -865,7 +870,7 @@ static PyMethodDef timer_methods[] = {
      "stats($self, /)\n--\n\nCounters, lateness, and how pending timeouts spread over the "
      "wheel."},
     {"pending_snapshot", (PyCFunction)(void (*)(void))timer_pending_snapshot,
-     METH_VARARGS | METH_KEYWORDS,
+     METH_FASTCALL | METH_KEYWORDS,
      "pending_snapshot($self, /, limit=100)\n--\n\nThe limit soonest pending timeouts, in "
      "deadline order."},
     {"__enter__", (PyCFunction)timer_enter, METH_NOARGS, "__enter__($self, /)\n--\n\n"},

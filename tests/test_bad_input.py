@@ -397,6 +397,66 @@ def test_new_timeout_bad_calls(busy_timer, args, kwargs) -> None:
     assert_nothing_scheduled_and_still_working(timer, pending, scheduled)
 
 
+# Every method binds its arguments with the one parser: (method, the
+# arguments of a good call).
+SIGNATURES = [
+    ("new_timeout", (noop, 1), {}),
+    ("new_periodic", (noop, 1), {"delay": 1}),
+    ("call_later", (1, noop), {"loop": None}),
+    ("call_every", (1, noop), {"missed": "skip"}),
+    ("pending_snapshot", (), {"limit": 1}),
+]
+
+
+@pytest.mark.parametrize("method, args, kwargs", SIGNATURES, ids=[s[0] for s in SIGNATURES])
+def test_every_method_refuses_an_unknown_keyword(busy_timer, method, args, kwargs) -> None:
+    timer = busy_timer
+    pending, scheduled = timer.pending_timeouts(), timer.stats()["scheduled"]
+    with pytest.raises(
+        TypeError, match=rf"^{method}\(\) got an unexpected keyword argument 'extra'$"
+    ):
+        getattr(timer, method)(*args, **kwargs, extra=1)
+    assert_nothing_scheduled_and_still_working(timer, pending, scheduled)
+
+
+# call_later() and call_every() take *args
+FIXED_ARITY = [s for s in SIGNATURES if not s[0].startswith("call_")]
+
+
+@pytest.mark.parametrize("method, args, kwargs", FIXED_ARITY, ids=[s[0] for s in FIXED_ARITY])
+def test_every_method_refuses_too_many_positional_arguments(
+    busy_timer, method, args, kwargs
+) -> None:
+    timer = busy_timer
+    pending, scheduled = timer.pending_timeouts(), timer.stats()["scheduled"]
+    with pytest.raises(TypeError, match=rf"^{method}\(\) takes .*positional argument"):
+        getattr(timer, method)(*args, 1, 2, 3)
+    assert_nothing_scheduled_and_still_working(timer, pending, scheduled)
+
+
+def test_positional_only_arguments_are_refused_as_keywords(busy_timer) -> None:
+    timer = busy_timer
+    with pytest.raises(
+        TypeError, match=r"^call_later\(\) got an unexpected keyword argument 'delay'$"
+    ):
+        timer.call_later(delay=1, callback=noop)
+    with pytest.raises(TypeError, match=r"^call_every\(\) missing required argument 'callback'$"):
+        timer.call_every(1, delay=1)
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda: HashedWheelTimer(0.1, 16, 0), r"^HashedWheelTimer\(\) takes at most 2 positional"),
+        (lambda: HashedWheelTimer(0.1, tick_duration=0.1), r"multiple values for argument"),
+        (lambda: HashedWheelTimer(thread="x"), r"unexpected keyword argument 'thread'"),
+    ],
+)
+def test_constructor_binds_as_the_methods_do(make, message) -> None:
+    with pytest.raises(TypeError, match=message):
+        make()
+
+
 @pytest.mark.parametrize("method", ["start", "stop", "pending_timeouts", "stats", "__enter__"])
 def test_timer_methods_take_no_arguments(busy_timer, method) -> None:
     timer = busy_timer
