@@ -152,8 +152,8 @@ typedef struct {
 #define HWTIMER_STATE_FIELD(type, name) type *name;
     HWTIMER_STATE_REFS(HWTIMER_STATE_FIELD)
 #undef HWTIMER_STATE_FIELD
-    TimerObject *live; /* borrowed: started, not stopped */
-    Py_ssize_t nlive;
+    TimerObject *running_timers; /* borrowed: started, not stopped */
+    Py_ssize_t nrunning;
     bool warned_too_many;
     TimeoutObject *free_timeouts; /* owned, unlinked memory of released
                                      Timeouts, chained through `task` */
@@ -175,12 +175,12 @@ struct TimerObject {
     PyObject *loop_sinks; /* owned list of LoopSinkObject */
     PyObject *name;       /* owned str: the worker thread's name */
     PyObject *weakreflist;
-    hwtimer_state *state; /* borrowed: the module's, outlives every timer */
+    hwtimer_state *module_state; /* borrowed: the module's, outlives every timer */
     double tick_duration;
     int64_t max_pending;
     uint64_t task_errors;
-    TimerObject *live_next, *live_prev; /* in state->live while running */
-    bool live;
+    TimerObject *running_next, *running_prev; /* in module_state->running_timers */
+    bool running;                             /* started, not stopped */
     /* owned list, or NULL: periodic timeouts whose run ended after stop()
        swept the wheel, for stop() to return */
     PyObject *stopped_periodic;
@@ -250,8 +250,8 @@ struct LoopSinkObject {
     PyObject *loop;     /* owned if owns_loop (a loop that cannot be weakly
                            referenced), else borrowed: compared only */
     bool owns_loop;
-    bool closed;             /* delivers nothing more */
-    LoopTimeoutObject *live; /* borrowed: its timeouts not yet deallocated */
+    bool closed;                 /* delivers nothing more */
+    LoopTimeoutObject *timeouts; /* borrowed: its timeouts not yet deallocated */
 };
 
 /* The object whose run() is the body of a timer's dispatch thread.  It
@@ -408,7 +408,7 @@ int hwtimer_run_timeout(TimerObject *timer, TimeoutObject *to, int64_t *now);
 int64_t hwtimer_dispatch_timeout(TimerObject *timer, TimeoutObject *to, int64_t now);
 /* Runs a batch taken from the default sink: each expired new_timeout()
    task in turn, on this thread (or its executor); releases the rest. */
-void hwtimer_run_batch(hwt_sink *dflt, hwt_timeout *node);
+void hwtimer_run_batch(hwt_sink *default_sink, hwt_timeout *node);
 
 /* loopsink.c */
 extern PyType_Spec hwtimer_loop_sink_spec;
@@ -487,7 +487,7 @@ typedef struct {
 /* hwtimer.TimeoutScope: asyncio.timeout() on the wheel. */
 typedef struct {
     PyObject_HEAD
-    int state;
+    int phase;             /* CREATED ... EXITED (scope.c) */
     PyObject *when;        /* owned float (loop.time()) or None */
     PyObject *timer;       /* owned TimerObject, or NULL: default_timer() */
     PyObject *task;        /* owned while entered */

@@ -157,7 +157,7 @@ int hwtimer_core_error(TimerObject *timer, int err, const char *what)
         errno = err; /* OSError, or its subclass for err (BlockingIOError ...) */
         PyErr_SetFromErrno(PyExc_OSError);
     } else if (err == HWT_EREJECTED && timer) {
-        PyErr_Format(timer->state->rejected_error,
+        PyErr_Format(timer->module_state->rejected_error,
                      "cannot %s: the timer holds max_pending_timeouts (%lld) pending timeouts",
                      what, (long long)timer->max_pending);
     } else if (err == HWT_ESTOPPED) {

@@ -46,7 +46,7 @@ static PyObject *dispatch_run(DispatchObject *self, PyObject *unused)
     self->thread_id = PyThread_get_thread_ident();
     hwtimer_this_thread_dispatch = self;
     set_native_name(self->name);
-    hwt_sink *dflt = hwt_timer_default_sink(self->core);
+    hwt_sink *default_sink = hwt_timer_default_sink(self->core);
     for (;;) {
         bool finished;
         hwt_timeout *batch;
@@ -54,14 +54,14 @@ static PyObject *dispatch_run(DispatchObject *self, PyObject *unused)
            waits again without touching the GIL. */
         Py_BEGIN_ALLOW_THREADS
         do
-            batch = hwt_sink_wait(dflt, &finished);
+            batch = hwt_sink_wait(default_sink, &finished);
         while (!batch && !finished && !hwt_timer_has_released(self->core));
         Py_END_ALLOW_THREADS
         /* what producers did not take in passing */
         hwtimer_release_chain(hwt_timer_take_released(self->core));
         if (finished)
             break;
-        hwtimer_run_batch(dflt, batch);
+        hwtimer_run_batch(default_sink, batch);
     }
     hwtimer_dispatch_mark_done(self);
     Py_RETURN_NONE;
@@ -132,7 +132,7 @@ PyType_Spec hwtimer_dispatch_spec = {
 /* Returns a new dispatch object sharing `timer`'s core, or NULL. */
 DispatchObject *hwtimer_dispatch_new(TimerObject *timer)
 {
-    PyTypeObject *tp = timer->state->dispatch_type;
+    PyTypeObject *tp = timer->module_state->dispatch_type;
     DispatchObject *d = PyObject_New(DispatchObject, tp);
     if (!d)
         return NULL;

@@ -59,7 +59,7 @@ static void sink_close(LoopSinkObject *self)
     hwtimer_release_chain(hwt_sink_close(&self->sink));
     /* Those still on the wheel will never run: cancel them, so that the
        worker lets go of them now rather than when they fall due. */
-    for (LoopTimeoutObject *to = self->live; to; to = to->sink_next) {
+    for (LoopTimeoutObject *to = self->timeouts; to; to = to->sink_next) {
         /* ENOMEM leaves it pending: it is released when it falls due */
         (void)hwt_timeout_cancel(&to->base.node);
     }
@@ -383,12 +383,12 @@ static LoopSinkObject *find_sink(TimerObject *timer, PyObject *loop)
    NULL. */
 static LoopSinkObject *sink_new(TimerObject *timer, PyObject *loop)
 {
-    LoopSinkObject *s = PyObject_GC_New(LoopSinkObject, timer->state->loop_sink_type);
+    LoopSinkObject *s = PyObject_GC_New(LoopSinkObject, timer->module_state->loop_sink_type);
     if (!s)
         return NULL;
     s->loop_ref = NULL;
     s->loop = NULL;
-    s->live = NULL;
+    s->timeouts = NULL;
     s->owns_loop = false;
     s->closed = true; /* until it is set up */
     s->posting = s->poster_alive = false;
@@ -456,7 +456,7 @@ LoopSinkObject *hwtimer_loop_sink_for(TimerObject *timer, PyObject *loop)
     }
     /* listed before registering, which runs Python */
     if (PyList_Append(timer->loop_sinks, (PyObject *)made) < 0 ||
-        register_with_loop(timer->state, made, loop) < 0) {
+        register_with_loop(timer->module_state, made, loop) < 0) {
         sink_close(made);
         close_fd(made);
         PyObject *type, *value, *tb;

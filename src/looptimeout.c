@@ -38,10 +38,10 @@ void hwtimer_loop_sink_track(LoopTimeoutObject *to)
 {
     LoopSinkObject *s = to->sink;
     to->sink_prev = NULL;
-    to->sink_next = s->live;
-    if (s->live)
-        s->live->sink_prev = to;
-    s->live = to;
+    to->sink_next = s->timeouts;
+    if (s->timeouts)
+        s->timeouts->sink_prev = to;
+    s->timeouts = to;
 }
 
 void hwtimer_loop_sink_untrack(LoopTimeoutObject *to)
@@ -49,8 +49,8 @@ void hwtimer_loop_sink_untrack(LoopTimeoutObject *to)
     LoopSinkObject *s = to->sink;
     if (to->sink_prev)
         to->sink_prev->sink_next = to->sink_next;
-    else if (s->live == to)
-        s->live = to->sink_next;
+    else if (s->timeouts == to)
+        s->timeouts = to->sink_next;
     if (to->sink_next)
         to->sink_next->sink_prev = to->sink_prev;
     to->sink_prev = to->sink_next = NULL;
@@ -114,7 +114,7 @@ int hwtimer_loop_call(LoopTimeoutObject *to)
        can be entered by one thread at a time: while one loop's expiry is
        inside task.cancel() with the GIL released, another loop's would be
        refused.  Each of them runs in an empty context of its own. */
-    hwtimer_state *st = TIMER_OF(&to->base)->state;
+    hwtimer_state *st = TIMER_OF(&to->base)->module_state;
     PyObject *context = to->context == st->empty_context ? HWT_NEW_CONTEXT(st)
                                                          : (Py_INCREF(to->context), to->context);
     if (!context)

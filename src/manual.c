@@ -57,16 +57,16 @@ static uint64_t count_end(TimerObject *self, const ran_count *c)
    the next tick with work ends, or HWT_NEVER.  Called with advance_lock. */
 static int64_t step(TimerObject *self, int64_t now, ran_count *ran)
 {
-    hwt_sink *dflt = hwt_timer_default_sink(self->core);
+    hwt_sink *default_sink = hwt_timer_default_sink(self->core);
     atomic_store_explicit(&self->manual_now, now, memory_order_relaxed);
     Py_ssize_t held = hwtimer_loop_sinks_periodic(self);
     int64_t next = hwt_timer_advance(self->core, now);
     Py_ssize_t handed = hwtimer_loop_sinks_periodic(self) - held;
     ran->periodic += handed > 0 ? (uint64_t)handed : 0;
-    hwt_timeout *batch = hwt_sink_take(dflt);
+    hwt_timeout *batch = hwt_sink_take(default_sink);
     if (batch) {
         ran->periodic += periodic_runs(batch);
-        hwtimer_run_batch(dflt, batch);
+        hwtimer_run_batch(default_sink, batch);
         next = hwt_timer_advance(self->core, now); /* nothing is due: it transfers */
     }
     hwtimer_release_chain(hwt_timer_take_released(self->core));
@@ -94,7 +94,7 @@ static bool advance_to(TimerObject *self, int64_t target, PyObject *loop, ran_co
 static int parse_advance(TimerObject *self, PyObject *obj, int64_t *ns)
 {
     double seconds;
-    if (hwtimer_parse_seconds(self->state, obj, "seconds", &seconds) < 0)
+    if (hwtimer_parse_seconds(self->module_state, obj, "seconds", &seconds) < 0)
         return -1;
     int64_t now = atomic_load(&self->manual_now);
     double x = nearbyint(seconds * 1e9);

@@ -91,8 +91,8 @@ static PyObject *stop_all(PyObject *module, PyObject *unused)
     (void)unused;
     hwtimer_state *st = state_of_module(module);
     st->exiting = true;
-    while (st->live) {
-        TimerObject *timer = st->live;
+    while (st->running_timers) {
+        TimerObject *timer = st->running_timers;
         Py_INCREF(timer);
         PyObject *r = hwtimer_timer_stop(timer);
         if (!r)

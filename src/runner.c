@@ -9,7 +9,7 @@
    context.  Returns 0, or -1 with the exception it raised. */
 static int call_once(TimerObject *timer, TimeoutObject *to)
 {
-    if (Py_TYPE(to) == timer->state->loop_timeout_type)
+    if (Py_TYPE(to) == timer->module_state->loop_timeout_type)
         return hwtimer_loop_call((LoopTimeoutObject *)to);
     TimerObject *outer = hwtimer_current_task_timer;
     hwtimer_current_task_timer = timer;
@@ -36,7 +36,7 @@ static PyObject *submitted_done(PyObject *timeout, PyObject *future)
     }
     TimerObject *timer = TIMER_OF((TimeoutObject *)timeout);
     timer->task_errors++;
-    hwtimer_log_task_error(timer->state, timeout);
+    hwtimer_log_task_error(timer->module_state, timeout);
     Py_RETURN_NONE;
 }
 
@@ -52,7 +52,7 @@ static void watch_future(TimeoutObject *to, PyObject *fut)
     PyObject *r = callback ? PyObject_CallOneArg(add, callback) : NULL;
     if (!r) {
         if (add && callback)
-            hwtimer_log_error(TIMER_OF(to)->state, "cannot watch an executor's future");
+            hwtimer_log_error(TIMER_OF(to)->module_state, "cannot watch an executor's future");
         PyErr_Clear();
     }
     Py_XDECREF(r);
@@ -67,9 +67,9 @@ static void watch_future(TimeoutObject *to, PyObject *fut)
 static int report_failure(TimerObject *timer, TimeoutObject *to)
 {
     timer->task_errors++;
-    if (Py_TYPE(to) == timer->state->loop_timeout_type)
+    if (Py_TYPE(to) == timer->module_state->loop_timeout_type)
         return hwtimer_loop_report((LoopTimeoutObject *)to);
-    hwtimer_log_task_error(timer->state, (PyObject *)to);
+    hwtimer_log_task_error(timer->module_state, (PyObject *)to);
     return 0;
 }
 
@@ -150,8 +150,8 @@ int64_t hwtimer_dispatch_timeout(TimerObject *timer, TimeoutObject *to, int64_t 
         hwtimer_run_timeout(timer, to, &now);
         return now;
     }
-    PyObject *r = PyObject_CallMethod(timer->executor, "submit", "OO", timer->state->run_task,
-                                      (PyObject *)to);
+    PyObject *r = PyObject_CallMethod(timer->executor, "submit", "OO",
+                                      timer->module_state->run_task, (PyObject *)to);
     if (r) {
         watch_future(to, r);
         Py_DECREF(r);
@@ -160,18 +160,18 @@ int64_t hwtimer_dispatch_timeout(TimerObject *timer, TimeoutObject *to, int64_t 
     /* A refused task still runs exactly once: here.  Executors refuse all
        work once threading's exit hooks shut them down; other refusals are
        errors worth a log line. */
-    if (timer->state->threads_exiting) {
+    if (timer->module_state->threads_exiting) {
         PyErr_Clear();
     } else {
         timer->task_errors++;
-        hwtimer_log_task_error(timer->state, (PyObject *)to);
+        hwtimer_log_task_error(timer->module_state, (PyObject *)to);
     }
     now = hwtimer_clock_ns(timer);
     hwtimer_run_timeout(timer, to, &now);
     return now;
 }
 
-void hwtimer_run_batch(hwt_sink *dflt, hwt_timeout *node)
+void hwtimer_run_batch(hwt_sink *default_sink, hwt_timeout *node)
 {
     int64_t now = node ? hwtimer_clock_ns(TIMER_OF(TIMEOUT_OF(node))) : 0;
     while (node) {
@@ -179,7 +179,7 @@ void hwtimer_run_batch(hwt_sink *dflt, hwt_timeout *node)
         TimeoutObject *to = (TimeoutObject *)hwtimer_timeout_from_node(node);
         /* only delivered new_timeout() and new_periodic() timeouts come
            here: cancelled ones and call_later() ones are released elsewhere */
-        if (node->sink == dflt &&
+        if (node->sink == default_sink &&
             (atomic_load(&node->state) == HWT_EXPIRED || hwt_timeout_periodic(node)))
             now = hwtimer_dispatch_timeout(TIMER_OF(to), to, now);
         Py_DECREF(to); /* the wheel's reference: may free the timer too */

@@ -16,7 +16,7 @@
 #include <math.h>
 
 enum { CREATED, ENTERED, EXPIRING, EXPIRED, EXITED };
-static const char *const state_names[] = {"created", "active", "expiring", "expired", "finished"};
+static const char *const phase_names[] = {"created", "active", "expiring", "expired", "finished"};
 
 /* ---- an awaitable that is done: `await` gives its value at once ---- */
 
@@ -273,7 +273,7 @@ static int scope_init(ScopeObject *self, PyObject *args, PyObject *kwds)
                      hwtimer_type_name(Py_TYPE(timer)));
         return -1;
     }
-    if (self->state != CREATED || self->task) {
+    if (self->phase != CREATED || self->task) {
         PyErr_SetString(PyExc_RuntimeError, "TimeoutScope is already initialised");
         return -1;
     }
@@ -339,17 +339,17 @@ static PyObject *scope_when(ScopeObject *self, PyObject *unused)
 static PyObject *scope_expired(ScopeObject *self, PyObject *unused)
 {
     (void)unused;
-    return PyBool_FromLong(self->state == EXPIRING || self->state == EXPIRED);
+    return PyBool_FromLong(self->phase == EXPIRING || self->phase == EXPIRED);
 }
 
 static PyObject *scope_reschedule(ScopeObject *self, PyObject *when)
 {
-    if (self->state != ENTERED) {
-        if (self->state == CREATED)
+    if (self->phase != ENTERED) {
+        if (self->phase == CREATED)
             PyErr_SetString(PyExc_RuntimeError, "TimeoutScope has not been entered");
         else
             PyErr_Format(PyExc_RuntimeError, "Cannot change state of %s TimeoutScope",
-                         state_names[self->state]);
+                         phase_names[self->phase]);
         return NULL;
     }
     double w = 0;
@@ -379,7 +379,7 @@ static Py_ssize_t task_cancelling(hwtimer_state *st, PyObject *task)
 static int scope_bind(ScopeObject *self)
 {
     hwtimer_state *st = scope_state(self);
-    if (self->state != CREATED) {
+    if (self->phase != CREATED) {
         PyErr_SetString(PyExc_RuntimeError, "TimeoutScope has already been entered");
         return -1;
     }
@@ -401,7 +401,7 @@ static int scope_bind(ScopeObject *self)
         Py_XDECREF(loop);
         return -1;
     }
-    self->state = ENTERED;
+    self->phase = ENTERED;
     Py_XSETREF(self->task, task);
     Py_XSETREF(self->loop, loop);
     self->cancelling = cancelling;
@@ -416,7 +416,7 @@ static int scope_bind(ScopeObject *self)
 static PyObject *scope_aenter(ScopeObject *self, PyObject *unused)
 {
     (void)unused;
-    if (self->state != CREATED) {
+    if (self->phase != CREATED) {
         PyErr_SetString(PyExc_RuntimeError, "TimeoutScope has already been entered");
         return NULL;
     }
@@ -433,22 +433,22 @@ static PyObject *scope_aexit(ScopeObject *self, PyObject *const *args, Py_ssize_
         PyErr_SetString(PyExc_TypeError, "__aexit__ takes exc_type, exc and tb");
         return NULL;
     }
-    int state = self->state;
-    if (state != ENTERED && state != EXPIRING) {
-        PyErr_Format(PyExc_RuntimeError, "Cannot exit %s TimeoutScope", state_names[state]);
+    int phase = self->phase;
+    if (phase != ENTERED && phase != EXPIRING) {
+        PyErr_Format(PyExc_RuntimeError, "Cannot exit %s TimeoutScope", phase_names[phase]);
         return NULL;
     }
     if (scope_unschedule(self) < 0)
         return NULL;
     PyObject *task = self->task; /* the reference moves here */
     self->task = NULL;
-    if (state == ENTERED) {
-        self->state = EXITED;
+    if (phase == ENTERED) {
+        self->phase = EXITED;
         Py_XDECREF(task);
         Py_INCREF(st->done_none);
         return st->done_none;
     }
-    self->state = EXPIRED;
+    self->phase = EXPIRED;
     /* The deadline cancelled the task: turn that into TimeoutError, if the
        cancellation is this scope's alone. */
     PyObject *cancelling = PyLong_FromSsize_t(self->cancelling);
@@ -469,7 +469,7 @@ static PyObject *scope_on_timeout(ScopeObject *self, PyObject *unused)
     (void)unused;
     hwtimer_state *st = scope_state(self);
     PyObject *handle = self->handle;
-    if (!handle || self->state != ENTERED)
+    if (!handle || self->phase != ENTERED)
         Py_RETURN_NONE; /* the block was left, or its deadline moved */
     /* A wheel timeout whose cancel() came too late (it had expired and was
        on its way to the loop) still calls back: stale unless it expired. */
@@ -483,7 +483,7 @@ static PyObject *scope_on_timeout(ScopeObject *self, PyObject *unused)
     if (!r)
         return NULL;
     Py_DECREF(r);
-    self->state = EXPIRING;
+    self->phase = EXPIRING;
     Py_RETURN_NONE;
 }
 
@@ -499,8 +499,8 @@ static PyObject *scope_call(ScopeObject *self, PyObject *args, PyObject *kwargs)
 
 static PyObject *scope_repr(ScopeObject *self)
 {
-    const char *name = state_names[self->state];
-    if (self->state != ENTERED)
+    const char *name = phase_names[self->phase];
+    if (self->phase != ENTERED)
         return PyUnicode_FromFormat("<TimeoutScope [%s]>", name);
     if (!self->when || self->when == Py_None)
         return PyUnicode_FromFormat("<TimeoutScope [%s] when=None>", name);

@@ -20,7 +20,7 @@ PyObject *hwtimer_timeout_new(TimerObject *timer, PyTypeObject *tp, hwt_sink *si
        held already, rather than on the dispatch thread, which would have to
        win the GIL from this producer. */
     hwtimer_release_chain(hwt_timer_take_released(timer->core));
-    hwtimer_state *st = timer->state;
+    hwtimer_state *st = timer->module_state;
     TimeoutObject *to;
     if (tp == st->timeout_type && st->free_timeouts) {
         /* a released Timeout, untracked and still warm in the cache */
@@ -55,8 +55,8 @@ int hwtimer_timeout_submit(TimerObject *timer, PyObject *obj, int64_t delay_ns, 
                            int missed)
 {
     TimeoutObject *to = (TimeoutObject *)obj;
-    assert(period_ns <= 0 || Py_TYPE(obj) == timer->state->periodic_type ||
-           Py_TYPE(obj) == timer->state->loop_timeout_type);
+    assert(period_ns <= 0 || Py_TYPE(obj) == timer->module_state->periodic_type ||
+           Py_TYPE(obj) == timer->module_state->loop_timeout_type);
     Py_INCREF(to); /* the wheel's reference */
     int r;
     if (period_ns > 0) {
@@ -115,7 +115,7 @@ static PyObject *timeout_cancel(TimeoutObject *self, PyObject *unused)
 static PyObject *timeout_reset(TimeoutObject *self, PyObject *delay)
 {
     int64_t ns;
-    if (hwtimer_parse_delay(TIMER_OF(self)->state, delay, "delay", &ns) < 0)
+    if (hwtimer_parse_delay(TIMER_OF(self)->module_state, delay, "delay", &ns) < 0)
         return NULL;
     int r = hwt_timeout_reset(&self->node, ns);
     if (r != HWT_OK && r != HWT_EFINAL) {
@@ -173,12 +173,12 @@ static PyObject *timeout_repr(TimeoutObject *self)
         when = left >= 0 ? "later" : "ago";
     }
     uint32_t state = atomic_load(&self->node.state);
-    const char *st = state == HWT_CANCELLED ? ", cancelled"
-                     : state == HWT_EXPIRED ? ", expired"
-                                            : "";
+    const char *state_note = state == HWT_CANCELLED ? ", cancelled"
+                             : state == HWT_EXPIRED ? ", expired"
+                                                    : "";
     PyObject *r = num ? PyUnicode_FromFormat("Timeout(deadline: %s s %s%s, task: %R)", num, when,
-                                             st, self->task ? self->task : Py_None)
-                      : PyUnicode_FromFormat("Timeout(deadline: never%s, task: %R)", st,
+                                             state_note, self->task ? self->task : Py_None)
+                      : PyUnicode_FromFormat("Timeout(deadline: never%s, task: %R)", state_note,
                                              self->task ? self->task : Py_None);
     PyMem_Free(num);
     return r;
@@ -205,7 +205,7 @@ void hwtimer_timeout_dealloc(TimeoutObject *self)
     PyTypeObject *tp = Py_TYPE(self);
     PyObject_GC_UnTrack(self);
     TimerObject *timer = TIMER_OF(self);
-    hwtimer_state *st = timer->state;
+    hwtimer_state *st = timer->module_state;
     Py_CLEAR(self->task);
     if (tp == st->timeout_type && st->nfree < MAX_FREE_TIMEOUTS) {
         /* kept for the next new_timeout(), chained through `task` */

@@ -16,35 +16,35 @@
 
 /* ---- start and stop ---- */
 
-static void live_add(TimerObject *self)
+static void running_add(TimerObject *self)
 {
-    hwtimer_state *st = self->state;
-    self->live = true;
-    self->live_prev = NULL;
-    self->live_next = st->live;
-    if (st->live)
-        st->live->live_prev = self;
-    st->live = self;
-    if (++st->nlive > MAX_LIVE_TIMERS && !st->warned_too_many) {
+    hwtimer_state *st = self->module_state;
+    self->running = true;
+    self->running_prev = NULL;
+    self->running_next = st->running_timers;
+    if (st->running_timers)
+        st->running_timers->running_prev = self;
+    st->running_timers = self;
+    if (++st->nrunning > MAX_LIVE_TIMERS && !st->warned_too_many) {
         st->warned_too_many = true;
         hwtimer_log_error(st, "more than 64 HashedWheelTimer instances are running: a timer is a "
                               "shared resource; share one per process (hwtimer.default_timer())");
     }
 }
 
-static void live_remove(TimerObject *self)
+static void running_remove(TimerObject *self)
 {
-    hwtimer_state *st = self->state;
-    if (!self->live)
+    hwtimer_state *st = self->module_state;
+    if (!self->running)
         return;
-    self->live = false;
-    if (self->live_prev)
-        self->live_prev->live_next = self->live_next;
+    self->running = false;
+    if (self->running_prev)
+        self->running_prev->running_next = self->running_next;
     else
-        st->live = self->live_next;
-    if (self->live_next)
-        self->live_next->live_prev = self->live_prev;
-    st->nlive--;
+        st->running_timers = self->running_next;
+    if (self->running_next)
+        self->running_next->running_prev = self->running_prev;
+    st->nrunning--;
 }
 
 /* ---- a manual timer's start and stop: no threads ---- */
@@ -78,7 +78,7 @@ static int manual_start(TimerObject *self)
     int err = hwt_timer_start(self->core); /* only notes the clock */
     if (err)
         return hwtimer_core_error(self, err, "start the timer");
-    live_add(self);
+    running_add(self);
     return 0;
 }
 
@@ -108,10 +108,10 @@ static PyObject *manual_stop(TimerObject *self)
 {
     if (hwtimer_manual_lock(self, "stop()") < 0)
         return NULL;
-    live_remove(self);
+    running_remove(self);
     hwt_timeout *left = hwt_timer_stop(self->core);
-    hwt_sink *dflt = hwt_timer_default_sink(self->core);
-    hwtimer_run_batch(dflt, hwt_sink_take(dflt));
+    hwt_sink *default_sink = hwt_timer_default_sink(self->core);
+    hwtimer_run_batch(default_sink, hwt_sink_take(default_sink));
     hwtimer_release_chain(hwt_timer_take_released(self->core));
     hwtimer_manual_unlock(self);
     return stop_list(self, left);
@@ -132,14 +132,14 @@ int hwtimer_timer_start(TimerObject *self)
         PyErr_SetString(PyExc_RuntimeError, "cannot start a stopped timer");
         return -1;
     }
-    if (self->state->exiting) {
+    if (self->module_state->exiting) {
         PyErr_SetString(PyExc_RuntimeError, "cannot start a timer: the interpreter is exiting");
         return -1;
     }
     if (self->manual)
         return manual_start(self);
     if (self->executor)
-        hwtimer_watch_thread_exit(self->state);
+        hwtimer_watch_thread_exit(self->module_state);
     DispatchObject *d = hwtimer_dispatch_new(self);
     if (!d)
         return -1;
@@ -151,14 +151,14 @@ int hwtimer_timer_start(TimerObject *self)
     self->dispatcher = (PyObject *)d;
     /* Running from here: a stop() while Thread.start() lets go of the GIL
        stops the worker, and the dispatch thread exits as soon as it runs. */
-    live_add(self);
+    running_add(self);
     PyObject *run = PyObject_GetAttrString((PyObject *)d, "run");
     PyObject *kwargs =
         run ? Py_BuildValue("{s:O,s:O,s:O}", "target", run, "name", d->name, "daemon", Py_True)
             : NULL;
     PyObject *args = PyTuple_New(0);
     PyObject *thread =
-        kwargs && args ? PyObject_Call(self->state->thread_type, args, kwargs) : NULL;
+        kwargs && args ? PyObject_Call(self->module_state->thread_type, args, kwargs) : NULL;
     PyObject *r = thread ? PyObject_CallMethod(thread, "start", NULL) : NULL;
     Py_XDECREF(run);
     Py_XDECREF(kwargs);
@@ -168,7 +168,7 @@ int hwtimer_timer_start(TimerObject *self)
         /* no dispatch thread: take the worker down again */
         PyObject *type, *value, *tb;
         PyErr_Fetch(&type, &value, &tb);
-        live_remove(self);
+        running_remove(self);
         hwt_timeout *left;
         Py_BEGIN_ALLOW_THREADS
         left = hwt_timer_stop(self->core);
@@ -188,9 +188,9 @@ int hwtimer_timer_start(TimerObject *self)
    thread `d`.  Returns stop()'s list, or NULL. */
 static PyObject *stop_and_wait(TimerObject *self, DispatchObject *d)
 {
-    bool first = hwt_timer_started(self->core) && self->live;
+    bool first = hwt_timer_started(self->core) && self->running;
     if (first) {
-        live_remove(self);
+        running_remove(self);
         hwt_timeout *left;
         Py_BEGIN_ALLOW_THREADS
         left = hwt_timer_stop(self->core);
@@ -245,11 +245,11 @@ PyObject *hwtimer_timer_stop(TimerObject *self)
 
 /* ---- construction ---- */
 
-/* Reads tick_duration (NULL: `dflt`) into seconds, clamped as API.md says.
+/* Reads tick_duration (NULL: `default_tick`) into seconds, clamped as API.md says.
    Returns 0 or -1. */
-static int parse_tick(hwtimer_state *st, PyObject *tick_o, double dflt, double *out)
+static int parse_tick(hwtimer_state *st, PyObject *tick_o, double default_tick, double *out)
 {
-    double tick = dflt;
+    double tick = default_tick;
     if (tick_o && hwtimer_parse_seconds(st, tick_o, "tick_duration", &tick) < 0) {
         if (!PyIndex_Check(tick_o) || !PyErr_ExceptionMatches(PyExc_OverflowError))
             return -1;
@@ -385,7 +385,7 @@ PyObject *hwtimer_timer_build(PyTypeObject *tp, const hwtimer_timer_args *a)
     TimerObject *self = (TimerObject *)HWT_TP_ALLOC(tp)(tp, 0);
     if (!self)
         return NULL;
-    self->state = st;
+    self->module_state = st;
     self->manual = a->manual;
     int err = self->manual ? pthread_mutex_init(&self->advance_lock, NULL) : 0;
     if (err) {
@@ -476,11 +476,11 @@ static PyObject *timer_new_timeout(TimerObject *self, PyObject *const *args, Py_
         return NULL;
     }
     int64_t delay;
-    if (hwtimer_parse_delay(self->state, delay_o, "delay", &delay) < 0)
+    if (hwtimer_parse_delay(self->module_state, delay_o, "delay", &delay) < 0)
         return NULL;
     if (hwtimer_timer_start(self) < 0)
         return NULL;
-    PyObject *to = hwtimer_timeout_new(self, self->state->timeout_type,
+    PyObject *to = hwtimer_timeout_new(self, self->module_state->timeout_type,
                                        hwt_timer_default_sink(self->core), task);
     if (!to)
         return NULL;
@@ -537,10 +537,11 @@ static PyObject *timer_new_periodic(TimerObject *self, PyObject *const *args, Py
     }
     int64_t period, delay;
     int missed;
-    if (parse_periodic(self->state, period_o, delay_o, missed_o, &period, &delay, &missed) < 0 ||
+    if (parse_periodic(self->module_state, period_o, delay_o, missed_o, &period, &delay, &missed) <
+            0 ||
         hwtimer_timer_start(self) < 0)
         return NULL;
-    PyObject *to = hwtimer_timeout_new(self, self->state->periodic_type,
+    PyObject *to = hwtimer_timeout_new(self, self->module_state->periodic_type,
                                        hwt_timer_default_sink(self->core), task);
     if (to && hwtimer_timeout_submit(self, to, delay, period, missed) < 0)
         Py_CLEAR(to);
@@ -562,7 +563,7 @@ PyObject *hwtimer_call_every(TimerObject *self, int64_t delay, int64_t period_ns
     /* Making the timeout releases what the worker handed back, which runs
        Python: that can close the loop and its sink, hence our reference. */
     LoopTimeoutObject *to = (LoopTimeoutObject *)hwtimer_timeout_new(
-        self, self->state->loop_timeout_type, &sink->sink, callback);
+        self, self->module_state->loop_timeout_type, &sink->sink, callback);
     if (to && sink->closed) {
         PyErr_SetString(PyExc_RuntimeError, "Event loop is closed");
         Py_CLEAR(to);
@@ -574,7 +575,7 @@ PyObject *hwtimer_call_every(TimerObject *self, int64_t delay, int64_t period_ns
     to->sink = sink; /* our reference moves there */
     Py_INCREF(args);
     to->args = args;
-    to->context = context ? (Py_INCREF(context), context) : HWT_COPY_CONTEXT(self->state);
+    to->context = context ? (Py_INCREF(context), context) : HWT_COPY_CONTEXT(self->module_state);
     /* tracked before it is scheduled: a failed submit's dealloc untracks it */
     hwtimer_loop_sink_track(to);
     if (!to->context ||
@@ -626,9 +627,9 @@ static PyObject *loop_call(TimerObject *self, bool periodic, PyObject *const *ar
     PyObject *loop = given[2], *context = given[3];
     int64_t delay, period = 0;
     int missed = HWT_MISSED_SKIP;
-    if (periodic
-            ? parse_periodic(self->state, given[0], given[4], given[5], &period, &delay, &missed)
-            : hwtimer_parse_delay(self->state, given[0], "delay", &delay))
+    if (periodic ? parse_periodic(self->module_state, given[0], given[4], given[5], &period, &delay,
+                                  &missed)
+                 : hwtimer_parse_delay(self->module_state, given[0], "delay", &delay))
         return NULL;
     PyObject *callback = given[1];
     if (!PyCallable_Check(callback)) {
@@ -636,14 +637,14 @@ static PyObject *loop_call(TimerObject *self, bool periodic, PyObject *const *ar
                      hwtimer_type_name(Py_TYPE(callback)));
         return NULL;
     }
-    if (context && context != Py_None && !HWT_IS_CONTEXT(self->state, context)) {
+    if (context && context != Py_None && !HWT_IS_CONTEXT(self->module_state, context)) {
         PyErr_Format(PyExc_TypeError, "context must be a contextvars.Context, not %.200s",
                      hwtimer_type_name(Py_TYPE(context)));
         return NULL;
     }
     PyObject *owned_loop = NULL;
     if (!loop || loop == Py_None) {
-        loop = owned_loop = hwtimer_running_loop(self->state);
+        loop = owned_loop = hwtimer_running_loop(self->module_state);
         if (!loop)
             return NULL;
     } else if (refuse_closed_loop(loop) < 0) {
@@ -725,15 +726,15 @@ static PyObject *timer_exit(TimerObject *self, PyObject *args)
 
 static PyObject *timer_repr(TimerObject *self)
 {
-    const char *state = hwt_timer_stopped(self->core)   ? "stopped"
-                        : hwt_timer_started(self->core) ? "started"
-                                                        : "not started";
+    const char *lifecycle = hwt_timer_stopped(self->core)   ? "stopped"
+                            : hwt_timer_started(self->core) ? "started"
+                                                            : "not started";
     char *tick = PyOS_double_to_string(self->tick_duration, 'r', 0, 0, NULL);
     if (!tick)
         return NULL;
     PyObject *r = PyUnicode_FromFormat(
         "<%s %R %s, tick_duration=%s, ticks_per_wheel=%u, pending=%lld>",
-        self->manual ? "ManualTimer" : "HashedWheelTimer", self->name, state, tick,
+        self->manual ? "ManualTimer" : "HashedWheelTimer", self->name, lifecycle, tick,
         hwt_timer_config(self->core)->ticks_per_wheel, (long long)hwt_timer_pending(self->core));
     PyMem_Free(tick);
     return r;
@@ -787,7 +788,7 @@ static int timer_clear(TimerObject *self)
    stops it. */
 static void stop_unstopped(TimerObject *self, PyObject *source)
 {
-    if (!self->live)
+    if (!self->running)
         return;
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
@@ -822,7 +823,7 @@ static void timer_dealloc(TimerObject *self)
        stop() waits with the GIL released. */
     stop_unstopped(self, NULL);
 #endif
-    live_remove(self);
+    running_remove(self);
     if (self->loop_sinks) {
         /* Closing the sinks asks their loops is_closed(), and clears what
            fails: keep the exception being raised, if any.  A dealloc may
