@@ -107,7 +107,7 @@ struct hwt_timer {
     hwt_wheel wheel;                    /* its `elapsed` is the next tick to process */
     uint64_t expiring, expiring_once;   /* expired so far this tick; of them, one-shot */
     hwt_sink *batch_sinks;              /* sinks with a batch this tick */
-    bool worked;                        /* the last run_due() did something */
+    bool did_work;                      /* the last run_due() did something */
     int64_t cancel_armed_at;            /* when the first cancel last could wake it */
     /* written by the worker only (release), read by stats() (acquire) */
     _Atomic uint64_t expired, ticks, wakeups, max_expired;
@@ -125,12 +125,12 @@ struct hwt_timer {
     int fork_err;
     int64_t start_time;
 
-    hwt_sink dflt;
+    hwt_sink default_sink;
     /* Timeouts to release, not run: cancelled ones, and expired ones whose
        sink was closed.  Whoever holds the embedder's lock next takes them. */
     hwt_sink released;
     pthread_mutex_t sinks_lock;
-    hwt_sink *sinks; /* every initialised sink, dflt included */
+    hwt_sink *sinks; /* every initialised sink, default_sink included */
 
     /* lateness window, serialised by the embedder */
     int64_t late[LATENCY_WINDOW];
@@ -251,7 +251,7 @@ static void deliver(hwt_timer *t, hwt_timeout *to, hwt_sink *s)
     else
         s->batch_head = to;
     s->batch_tail = to;
-    if (s != &t->dflt && s != &t->released && !s->in_batch) {
+    if (s != &t->default_sink && s != &t->released && !s->in_batch) {
         s->in_batch = true;
         s->batch_next = t->batch_sinks;
         t->batch_sinks = s;
@@ -288,10 +288,10 @@ static hwt_timeout *publish_batch(hwt_sink *s)
 }
 
 /* Asks the default sink's consumer to look at the released list. */
-static void kick(hwt_sink *s)
+static void wake_for_released(hwt_sink *s)
 {
     pthread_mutex_lock(&s->lock);
-    s->kicked = true;
+    s->released_waiting = true;
     pthread_cond_signal(&s->ready);
     pthread_mutex_unlock(&s->lock);
 }
@@ -312,7 +312,7 @@ static void publish_released(hwt_timer *t)
     r->tail = last;
     pthread_mutex_unlock(&r->lock);
     atomic_store_explicit(&t->released_ready, true, memory_order_release);
-    kick(&t->dflt);
+    wake_for_released(&t->default_sink);
 }
 
 static void publish_batches(hwt_timer *t)
@@ -331,8 +331,8 @@ static void publish_batches(hwt_timer *t)
         }
         s = next;
     }
-    if (t->dflt.batch_head)
-        publish_batch(&t->dflt);
+    if (t->default_sink.batch_head)
+        publish_batch(&t->default_sink);
     if (t->released.batch_head)
         publish_released(t);
 }
@@ -400,7 +400,7 @@ static void process_cancels(hwt_timer *t)
             process_cancel(t, v[i]); /* counted by hwt_timeout_cancel already */
     }
     if (n)
-        t->worked = true;
+        t->did_work = true;
     t->cancels_spare = v;
     t->spare_cap = cap;
 }
@@ -447,7 +447,7 @@ static void transfer(hwt_timer *t, size_t limit)
         hwt_timeout *to = pop_xfer(t);
         if (!to)
             break;
-        t->worked = true;
+        t->did_work = true;
         if (to->flags & CANCEL_SEEN) {
             release_cancelled(t, to);
             continue;
@@ -461,7 +461,7 @@ static void deliver_expired(void *ctx, hwt_timeout *to)
 {
     hwt_timer *t = ctx;
     t->expiring_once += !hwt_timeout_periodic(to);
-    deliver(t, to, to->sink ? to->sink : &t->dflt);
+    deliver(t, to, to->sink ? to->sink : &t->default_sink);
     if (++t->expiring % EXPIRE_SLICE == 0)
         publish_batches(t); /* let consumers start on a large bucket */
 }
@@ -472,7 +472,7 @@ static void expire_bucket(hwt_timer *t)
     t->expiring = t->expiring_once = 0;
     uint64_t n = hwt_wheel_expire(&t->wheel, deliver_expired, t);
     if (n) {
-        t->worked = true;
+        t->did_work = true;
         count(&t->expired, t->expiring_once);
         if (n > atomic_load_explicit(&t->max_expired, memory_order_relaxed))
             atomic_store_explicit(&t->max_expired, n, memory_order_relaxed);
@@ -511,7 +511,7 @@ static int64_t next_target(const hwt_timer *t)
 static int64_t run_due(hwt_timer *t, int64_t now)
 {
     int64_t due = last_ended_tick(t, now);
-    t->worked = false;
+    t->did_work = false;
     for (;;) {
         process_cancels(t);
         transfer(t, MAX_TRANSFER_PER_TICK);
@@ -559,7 +559,7 @@ static int64_t tick_ending_by(const hwt_timer *t, int64_t when)
 static void sleep_until_tick(hwt_timer *t, int64_t target)
 {
     int64_t now = t->cfg.clock(t->cfg.clock_ctx);
-    if (target == HWT_NEVER && t->worked)
+    if (target == HWT_NEVER && t->did_work)
         target = tick_ending_by(t, now + LINGER_NS);
     int64_t wake_at = tick_end(t, target);
     /* Cancels wait for the worker: let a batch of them wake it, so that
@@ -648,7 +648,7 @@ hwt_timer *hwt_timer_new(const hwt_config *config)
         goto fail_cancel_lock;
     if ((err = hwt_park_init(&t->park)) != 0)
         goto fail_sinks_lock;
-    if ((err = hwt_sink_init(&t->dflt, t, NULL, -1, NULL)) != 0)
+    if ((err = hwt_sink_init(&t->default_sink, t, NULL, -1, NULL)) != 0)
         goto fail_park;
     if ((err = hwt_sink_init(&t->released, t, NULL, -1, NULL)) != 0)
         goto fail_dflt;
@@ -660,7 +660,7 @@ hwt_timer *hwt_timer_new(const hwt_config *config)
     pthread_mutex_unlock(&registry_lock);
     return t;
 fail_dflt:
-    hwt_sink_destroy(&t->dflt);
+    hwt_sink_destroy(&t->default_sink);
 fail_park:
     hwt_park_destroy(&t->park);
 fail_sinks_lock:
@@ -694,7 +694,7 @@ void hwt_timer_decref(hwt_timer *t)
     if (t->reg_next)
         t->reg_next->reg_prev = t->reg_prev;
     pthread_mutex_unlock(&registry_lock);
-    hwt_sink_destroy(&t->dflt);
+    hwt_sink_destroy(&t->default_sink);
     hwt_sink_destroy(&t->released);
     pthread_mutex_destroy(&t->lock);
     pthread_mutex_destroy(&t->cancel_lock);
@@ -755,7 +755,7 @@ int64_t hwt_timer_now(const hwt_timer *t)
 }
 hwt_sink *hwt_timer_default_sink(hwt_timer *t)
 {
-    return &t->dflt;
+    return &t->default_sink;
 }
 
 bool hwt_timer_has_released(hwt_timer *t)
@@ -1231,9 +1231,9 @@ int hwt_timer_soonest(hwt_timer *t, size_t limit, hwt_visit_fn fn, void *ctx, si
 
 /* ---- stop ---- */
 
-/* Sweeps a timeout still held at stop: an unprocessed one is cancelled and
+/* Takes a timeout still held at stop: an unprocessed one is cancelled and
    returned; one a late cancel() got first is released. */
-static void sweep(hwt_timer *t, hwt_timeout *to, hwt_timeout **out_tail)
+static void take_at_stop(hwt_timer *t, hwt_timeout *to, hwt_timeout **out_tail)
 {
     uint32_t expect = HWT_INIT;
     bool mine = atomic_compare_exchange_strong(&to->state, &expect, HWT_CANCELLED);
@@ -1290,11 +1290,11 @@ hwt_timeout *hwt_timer_stop(hwt_timer *t)
         if (to->flags & CANCEL_SEEN)
             release_cancelled(t, to);
         else
-            sweep(t, to, &out_tail);
+            take_at_stop(t, to, &out_tail);
     }
     for (hwt_timeout *to = hwt_wheel_drain(&t->wheel), *next; to; to = next) {
         next = hwt_timeout_of(to->link.next);
-        sweep(t, to, &out_tail);
+        take_at_stop(t, to, &out_tail);
     }
     uint64_t returned = 0;
     for (hwt_timeout *to = hwt_timeout_of(out_head.link.next); to;
@@ -1404,9 +1404,9 @@ void hwt_sink_put_back(hwt_sink *s, hwt_timeout *list)
 hwt_timeout *hwt_sink_wait(hwt_sink *s, bool *finished)
 {
     pthread_mutex_lock(&s->lock);
-    while (!s->head && !s->finished && !s->kicked)
+    while (!s->head && !s->finished && !s->released_waiting)
         pthread_cond_wait(&s->ready, &s->lock);
-    s->kicked = false;
+    s->released_waiting = false;
     hwt_timeout *list = s->head;
     s->head = s->tail = NULL;
     *finished = list == NULL && s->finished;

@@ -316,9 +316,9 @@ struct hwt_sink {
     pthread_cond_t ready;
     /* under lock */
     hwt_timeout *head, *tail;
-    bool closed;   /* deliveries are released instead */
-    bool finished; /* the timer stopped: nothing more will arrive */
-    bool kicked;   /* hwt_sink_wait returns: released timeouts wait */
+    bool closed;           /* deliveries are released instead */
+    bool finished;         /* the timer stopped: nothing more will arrive */
+    bool released_waiting; /* hwt_sink_wait returns: released timeouts wait */
     /* the worker's own: the batch it is building this tick */
     hwt_timeout *batch_head, *batch_tail;
     hwt_sink *batch_next;
