@@ -4,9 +4,6 @@
  */
 #include "binding.h"
 
-#include <math.h>
-#include <string.h>
-
 static struct PyModuleDef hwtimer_module;
 
 static inline hwtimer_state *state_of_module(PyObject *module)

@@ -599,30 +599,33 @@ static int refuse_closed_loop(PyObject *loop)
     return is_closed ? -1 : 0;
 }
 
+/* call_later()'s and call_every()'s parameters: the delay or period and
+   the callback only by position, *args, then keywords only. */
+static const char *const later_names[] = {"delay", "callback", "loop", "context"};
+static const char *const every_names[] = {"period",  "callback", "loop",
+                                          "context", "delay",    "missed"};
+static const hwtimer_signature call_later_sig = {.fname = "call_later",
+                                                 .names = later_names,
+                                                 .nparams = 4,
+                                                 .npositional_only = 2,
+                                                 .nkeyword_only = 2,
+                                                 .nrequired = 2,
+                                                 .varargs = true};
+static const hwtimer_signature call_every_sig = {.fname = "call_every",
+                                                 .names = every_names,
+                                                 .nparams = 6,
+                                                 .npositional_only = 2,
+                                                 .nkeyword_only = 4,
+                                                 .nrequired = 2,
+                                                 .varargs = true};
+
 /* call_later(delay, callback, *args, loop=, context=) and
    call_every(period, callback, *args, loop=, context=, delay=, missed=). */
 static PyObject *loop_call(TimerObject *self, bool periodic, PyObject *const *args,
                            Py_ssize_t nargs, PyObject *kwnames)
 {
-    static const char *const later_names[] = {"delay", "callback", "loop", "context"};
-    static const char *const every_names[] = {"period",  "callback", "loop",
-                                              "context", "delay",    "missed"};
-    static const hwtimer_signature later = {.fname = "call_later",
-                                            .names = later_names,
-                                            .nparams = 4,
-                                            .npositional_only = 2,
-                                            .nkeyword_only = 2,
-                                            .nrequired = 2,
-                                            .varargs = true};
-    static const hwtimer_signature every = {.fname = "call_every",
-                                            .names = every_names,
-                                            .nparams = 6,
-                                            .npositional_only = 2,
-                                            .nkeyword_only = 4,
-                                            .nrequired = 2,
-                                            .varargs = true};
     PyObject *given[6] = {NULL}; /* delay or period, callback, loop, context, delay, missed */
-    if (hwtimer_bind(periodic ? &every : &later, args, nargs, kwnames, given) < 0)
+    if (hwtimer_bind(periodic ? &call_every_sig : &call_later_sig, args, nargs, kwnames, given) < 0)
         return NULL;
     PyObject *loop = given[2], *context = given[3];
     int64_t delay, period = 0;
