@@ -17,7 +17,7 @@ class LevelStats(TypedDict):
 
 class Stats(TypedDict):
     """What ``timer.stats()`` returns: counts since the timer was made,
-    lateness over the last 4096 tasks, times in seconds."""
+    lateness over the last 4096 timed tasks, times in seconds."""
 
     pending: int
     scheduled: int
@@ -32,6 +32,7 @@ class Stats(TypedDict):
     late_p99: float
     late_max: float
     late_samples: int
+    untimed_tasks: int
     task_time_max: float
     levels: list[LevelStats]
     fullest_bucket: int

@@ -110,9 +110,12 @@ FIGURES: tuple[Figure, ...] = (
     Figure("max_expired_per_tick", "max_expired_per_tick", GAUGE, False, "{timeout}",
            "The largest batch of timeouts one tick expired, since the timer was made."),
     Figure("task_time_max", "task.time_max", GAUGE, True, "s",
-           "The longest a task has run, since the timer was made."),
+           "The longest a timed task has run, since the timer was made."),
     Figure("late_samples", "task.lateness_samples", GAUGE, False, "{task}",
            "Tasks in the window the lateness quantiles are taken over (at most 4096)."),
+    Figure("untimed_tasks", "task.untimed", COUNTER, False, "{task}",
+           "Tasks of large batches run without a clock read, so outside the lateness"
+           " figures."),
     Figure("fullest_bucket", "wheel.fullest_bucket", GAUGE, False, "{timeout}",
            "Timeouts in the fullest bucket of level 0: the most that fall due in one tick"
            " of the wheel's current turn."),
@@ -132,7 +135,7 @@ FIGURES: tuple[Figure, ...] = (
 LATENESS = Quantiles(
     "task.lateness",
     (("0.5", "late_p50"), ("0.99", "late_p99"), ("1", "late_max")),
-    "From a timeout's deadline to its task's start, over the last tasks"
+    "From a timeout's deadline to its task's start, over the last timed tasks"
     " (quantile 1 is the maximum).",
 )
 

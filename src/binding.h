@@ -203,7 +203,8 @@ struct TimerObject {
    reference to its timer, reached as node.sink->owner.  While
    pending it is not tracked by the cyclic GC: the wheel owns a reference to
    it, so it cannot be garbage, and a million of them cost a collection
-   nothing.  It is tracked once the wheel gives it back. */
+   nothing.  It is tracked once the wheel gives it back to anyone else
+   (hwtimer_timeout_track_if_held). */
 struct TimeoutObject {
     PyObject_HEAD
     hwt_timeout node;
@@ -367,8 +368,16 @@ PyObject *hwtimer_timeout_new(TimerObject *timer, PyTypeObject *tp, hwt_sink *si
    reference either way. */
 int hwtimer_timeout_submit(TimerObject *timer, PyObject *obj, int64_t delay_ns, int64_t period_ns,
                            int missed);
-/* Hands back the wheel's reference to a timeout the core returned: tracks
-   it for the cyclic GC and returns it (a new reference, the wheel's). */
+/* Tracks `to` for the cyclic GC if anything besides the wheel holds it:
+   only then can it be part of a cycle.  One that only the wheel holds, as
+   a fire-and-forget timeout is when its task runs, is freed untracked when
+   that reference goes, so a burst costs the collector nothing.  Called
+   when the wheel gives a timeout back, and again after its task ran, which
+   may have kept it. */
+void hwtimer_timeout_track_if_held(TimeoutObject *to);
+/* Hands back the wheel's reference to a timeout the core returned, tracked
+   if something else holds it (above), and returns it (a new reference, the
+   wheel's). */
 PyObject *hwtimer_timeout_from_node(hwt_timeout *node);
 /* Drops the wheel's references to a chain of nodes (link.next). */
 void hwtimer_release_chain(hwt_timeout *node);
@@ -395,17 +404,32 @@ int hwtimer_loop_call(LoopTimeoutObject *to);
 int hwtimer_loop_report(LoopTimeoutObject *to);
 
 /* runner.c */
-/* The task runner: runs the task of a delivered timeout on this thread,
-   begun at clock time *now (set to when it is done, so a batch reads the
-   clock once per task), records lateness and task time, reports a failure
-   and re-arms a periodic timeout (running its missed runs back to back
-   when its policy says so).  Returns 0, or -1 with KeyboardInterrupt or
-   SystemExit set from a call_later callback; other errors are reported. */
-int hwtimer_run_timeout(TimerObject *timer, TimeoutObject *to, int64_t *now);
-/* The dispatch thread's: runs a new_timeout task begun at `now` with the
-   runner, or submits it to the executor.  Returns the clock time when it
-   is done.  Never fails. */
-int64_t hwtimer_dispatch_timeout(TimerObject *timer, TimeoutObject *to, int64_t now);
+/* Expired timeouts run one after another on one thread: each task begins
+   when the one before it ends, so the clock read at one's end is the next
+   one's start.  A batch reads it around each of its first
+   HWTIMER_TIMED_FIRST tasks, then around one in HWTIMER_TIMED_EVERY, its
+   last, and every periodic one (whose re-arm needs both ends); the others
+   run untimed, counted by stats()'s untimed_tasks, so that a burst of
+   short tasks does not pay a clock read each. */
+#define HWTIMER_TIMED_FIRST 64
+#define HWTIMER_TIMED_EVERY 64
+#define HWTIMER_UNREAD      INT64_MIN
+typedef struct {
+    int64_t now;  /* when the task before ended, or HWTIMER_UNREAD */
+    uint64_t ran; /* tasks begun */
+    bool last;    /* the next task is the batch's last */
+} hwtimer_batch;
+#define HWTIMER_BATCH_INIT {.now = HWTIMER_UNREAD, .ran = 0, .last = false}
+/* The task runner: runs the task of a delivered timeout on this thread as
+   the next of `batch`, records its lateness and run time (if the batch
+   times it), reports a failure and re-arms a periodic timeout (running its
+   missed runs back to back when its policy says so).  Returns 0, or -1
+   with KeyboardInterrupt or SystemExit set from a call_later callback;
+   other errors are reported. */
+int hwtimer_run_timeout(TimerObject *timer, TimeoutObject *to, hwtimer_batch *batch);
+/* The dispatch thread's: runs a new_timeout task as the next of `batch`
+   with the runner, or submits it to the executor.  Never fails. */
+void hwtimer_dispatch_timeout(TimerObject *timer, TimeoutObject *to, hwtimer_batch *batch);
 /* Runs a batch taken from the default sink: each expired new_timeout()
    task in turn, on this thread (or its executor); releases the rest. */
 void hwtimer_run_batch(hwt_sink *default_sink, hwt_timeout *node);

@@ -136,6 +136,7 @@ struct hwt_timer {
     int64_t late[LATENCY_WINDOW];
     size_t late_n, late_pos;
     int64_t task_time_max;
+    uint64_t untimed;
 
     _Atomic int refs;
     hwt_timer *reg_next, *reg_prev; /* process registry, for fork */
@@ -1426,6 +1427,11 @@ void hwt_timer_record_task(hwt_timer *t, int64_t late_ns, int64_t run_ns)
         t->task_time_max = run_ns;
 }
 
+void hwt_timer_record_untimed(hwt_timer *t)
+{
+    t->untimed++;
+}
+
 static int cmp_i64(const void *a, const void *b)
 {
     int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
@@ -1443,4 +1449,5 @@ void hwt_timer_latency(hwt_timer *t, hwt_latency *out)
     out->late_p99 = n ? sorted[(n - 1) * 99 / 100] : 0;
     out->late_max = n ? sorted[n - 1] : 0;
     out->task_time_max = t->task_time_max;
+    out->untimed = t->untimed;
 }

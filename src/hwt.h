@@ -357,11 +357,15 @@ void hwt_sink_put_back(hwt_sink *s, hwt_timeout *list);
 hwt_timeout *hwt_sink_wait(hwt_sink *s, bool *finished);
 
 /* Recent task lateness, kept by the embedder through the core so that
-   stats() reads one place.  Callers serialise (the binding holds the GIL). */
+   stats() reads one place.  Callers serialise (the binding holds the GIL).
+   A task the embedder ran without reading the clock around it is counted
+   by hwt_timer_record_untimed() instead. */
 void hwt_timer_record_task(hwt_timer *t, int64_t late_ns, int64_t run_ns);
+void hwt_timer_record_untimed(hwt_timer *t);
 typedef struct hwt_latency {
     int64_t late_p50, late_p99, late_max, task_time_max;
     size_t samples;
+    uint64_t untimed; /* tasks run untimed, since the timer was made */
 } hwt_latency;
 void hwt_timer_latency(hwt_timer *t, hwt_latency *out);
 

@@ -160,11 +160,13 @@ static PyObject *sink_run(LoopSinkObject *self, PyObject *unused)
         Py_RETURN_NONE;
     }
     hwt_timeout *node = hwt_sink_take(&self->sink);
-    int64_t now = node ? hwtimer_clock_ns(TIMER_OF(TIMEOUT_OF(node))) : 0;
+    hwtimer_batch batch = HWTIMER_BATCH_INIT;
     while (node) {
         hwt_timeout *next = hwt_timeout_of(node->link.next);
         LoopTimeoutObject *to = (LoopTimeoutObject *)hwtimer_timeout_from_node(node);
-        int r = hwtimer_run_timeout(TIMER_OF(&to->base), &to->base, &now);
+        batch.last = !next;
+        int r = hwtimer_run_timeout(TIMER_OF(&to->base), &to->base, &batch);
+        hwtimer_timeout_track_if_held(&to->base);
         Py_DECREF(to); /* the wheel's reference */
         if (r < 0) {
             /* the rest run at the loop's next turn, if it has one */

@@ -23,8 +23,8 @@ static PyObject *run_task(PyObject *module, PyObject *arg)
     }
     TimeoutObject *to = (TimeoutObject *)arg;
     TimerObject *timer = TIMER_OF(to);
-    int64_t now = hwtimer_clock_ns(timer);
-    hwtimer_run_timeout(timer, to, &now);
+    hwtimer_batch batch = HWTIMER_BATCH_INIT;
+    hwtimer_run_timeout(timer, to, &batch);
     Py_RETURN_NONE;
 }
 

@@ -161,6 +161,7 @@ PyObject *hwtimer_timer_stats(TimerObject *self, PyObject *unused)
         put(d, "late_p99", PyFloat_FromDouble((double)lat.late_p99 / 1e9)) < 0 ||
         put(d, "late_max", PyFloat_FromDouble((double)lat.late_max / 1e9)) < 0 ||
         put(d, "late_samples", PyLong_FromSize_t(lat.samples)) < 0 ||
+        put(d, "untimed_tasks", PyLong_FromUnsignedLongLong(lat.untimed)) < 0 ||
         put(d, "task_time_max", PyFloat_FromDouble((double)lat.task_time_max / 1e9)) < 0 ||
         put_spread(self, d) < 0) {
         Py_DECREF(d);

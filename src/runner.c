@@ -116,21 +116,43 @@ static bool rearm(TimerObject *timer, TimeoutObject *to, int64_t start, int64_t 
     }
 }
 
-int hwtimer_run_timeout(TimerObject *timer, TimeoutObject *to, int64_t *now)
+/* Whether `batch` reads the clock around its next task, `node`'s. */
+static bool times_next(const hwtimer_batch *batch, hwt_timeout *node)
+{
+    return batch->ran < HWTIMER_TIMED_FIRST || batch->ran % HWTIMER_TIMED_EVERY == 0 ||
+           batch->last || hwt_timeout_periodic(node);
+}
+
+/* Runs an untimed task: its end is not read, so neither is the next one's
+   start. */
+static int run_untimed(TimerObject *timer, TimeoutObject *to, hwtimer_batch *batch)
+{
+    batch->now = HWTIMER_UNREAD;
+    hwt_timer_record_untimed(timer->core);
+    return call_once(timer, to) < 0 ? report_failure(timer, to) : 0;
+}
+
+int hwtimer_run_timeout(TimerObject *timer, TimeoutObject *to, hwtimer_batch *batch)
 {
     hwt_timeout *node = &to->node;
     if (hwt_timeout_periodic(node) && atomic_load(&node->state) == HWT_CANCELLED) {
         hwt_timeout_finish(node, HWT_CANCELLED); /* cancelled since it was delivered */
         return 0;
     }
+    bool timed = times_next(batch, node);
+    batch->ran++;
+    if (!timed)
+        return run_untimed(timer, to, batch);
     int64_t origin = hwt_timer_start_time(timer->core);
+    if (batch->now == HWTIMER_UNREAD)
+        batch->now = hwtimer_clock_ns(timer);
     for (;;) {
         /* With the GIL held from the state's check above (or in rearm())
            to the call, no cancel() can return True in between: no run
            starts after it. */
-        int64_t start = *now, deadline = origin + hwt_timeout_deadline(node);
+        int64_t start = batch->now, deadline = origin + hwt_timeout_deadline(node);
         int failed = call_once(timer, to);
-        int64_t end = *now = hwtimer_clock_ns(timer);
+        int64_t end = batch->now = hwtimer_clock_ns(timer);
         hwt_timer_record_task(timer->core, start - deadline, end - start);
         int r = failed ? report_failure(timer, to) : 0;
         if (!hwt_timeout_periodic(node))
@@ -144,18 +166,20 @@ int hwtimer_run_timeout(TimerObject *timer, TimeoutObject *to, int64_t *now)
     }
 }
 
-int64_t hwtimer_dispatch_timeout(TimerObject *timer, TimeoutObject *to, int64_t now)
+void hwtimer_dispatch_timeout(TimerObject *timer, TimeoutObject *to, hwtimer_batch *batch)
 {
     if (!timer->executor) {
-        hwtimer_run_timeout(timer, to, &now);
-        return now;
+        hwtimer_run_timeout(timer, to, batch);
+        return;
     }
+    /* it runs elsewhere: the next task here starts at a time not read */
+    batch->now = HWTIMER_UNREAD;
     PyObject *r = PyObject_CallMethod(timer->executor, "submit", "OO",
                                       timer->module_state->run_task, (PyObject *)to);
     if (r) {
         watch_future(to, r);
         Py_DECREF(r);
-        return hwtimer_clock_ns(timer);
+        return;
     }
     /* A refused task still runs exactly once: here.  Executors refuse all
        work once threading's exit hooks shut them down; other refusals are
@@ -166,22 +190,23 @@ int64_t hwtimer_dispatch_timeout(TimerObject *timer, TimeoutObject *to, int64_t 
         timer->task_errors++;
         hwtimer_log_task_error(timer->module_state, (PyObject *)to);
     }
-    now = hwtimer_clock_ns(timer);
-    hwtimer_run_timeout(timer, to, &now);
-    return now;
+    hwtimer_run_timeout(timer, to, batch);
 }
 
 void hwtimer_run_batch(hwt_sink *default_sink, hwt_timeout *node)
 {
-    int64_t now = node ? hwtimer_clock_ns(TIMER_OF(TIMEOUT_OF(node))) : 0;
+    hwtimer_batch batch = HWTIMER_BATCH_INIT;
     while (node) {
         hwt_timeout *next = hwt_timeout_of(node->link.next);
         TimeoutObject *to = (TimeoutObject *)hwtimer_timeout_from_node(node);
         /* only delivered new_timeout() and new_periodic() timeouts come
            here: cancelled ones and call_later() ones are released elsewhere */
         if (node->sink == default_sink &&
-            (atomic_load(&node->state) == HWT_EXPIRED || hwt_timeout_periodic(node)))
-            now = hwtimer_dispatch_timeout(TIMER_OF(to), to, now);
+            (atomic_load(&node->state) == HWT_EXPIRED || hwt_timeout_periodic(node))) {
+            batch.last = !next;
+            hwtimer_dispatch_timeout(TIMER_OF(to), to, &batch);
+            hwtimer_timeout_track_if_held(to);
+        }
         Py_DECREF(to); /* the wheel's reference: may free the timer too */
         node = next;
     }

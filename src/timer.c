@@ -95,6 +95,7 @@ static PyObject *stop_list(TimerObject *self, hwt_timeout *left)
         PyObject *to = hwtimer_timeout_from_node(left);
         if (list && PyList_Append(list, to) < 0)
             Py_CLEAR(list); /* still release the rest */
+        hwtimer_timeout_track_if_held((TimeoutObject *)to); /* the list's now */
         Py_DECREF(to);
         left = next;
     }

@@ -233,6 +233,21 @@ def test_stats_count_exact_ticks_and_lateness(manual: ManualTimer) -> None:
     assert stats["wakeups"] == 0
 
 
+def test_a_large_batch_times_its_first_64_tasks_then_one_in_64_and_its_last(
+    manual: ManualTimer,
+) -> None:
+    n = 200  # one tick's batch
+    for _ in range(n):
+        manual.new_timeout(noop, 0.0105)
+    manual.advance(0.012)
+    stats = manual.stats()
+    timed = sum(1 for i in range(n) if i < 64 or i % 64 == 0 or i == n - 1)  # 68
+    assert stats["expired"] == n
+    assert (stats["late_samples"], stats["untimed_tasks"]) == (timed, n - timed)
+    # each timed task's lateness is its own: its start on the clock
+    assert stats["late_p50"] == stats["late_max"] == pytest.approx(0.0005)
+
+
 def test_huge_delays_never_fire(manual: ManualTimer) -> None:
     task = Recorder(manual)
     a = manual.new_timeout(task, float("inf"))

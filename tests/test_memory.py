@@ -1,14 +1,18 @@
 """What a pending timeout weighs: a one-shot Timeout fits pymalloc's 80-byte
-size class with its GC header, as the README says."""
+size class with its GC header, as the README says; and what the cyclic GC
+pays for timeouts: nothing for those only the wheel holds."""
 
 from __future__ import annotations
 
+import gc
 import re
 import struct
 import sys
+import threading
+import weakref
 from pathlib import Path
 
-from conftest import run_python
+from conftest import run_python, wait_for
 
 import hwtimer
 
@@ -55,3 +59,52 @@ def test_100k_pending_timeouts_cost_80_bytes_each() -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert float(proc.stdout) <= 80.5
+
+
+def test_a_fire_and_forget_timeout_is_never_tracked_by_the_gc(timer) -> None:
+    tracked = []
+    done = threading.Event()
+
+    def task(timeout: hwtimer.Timeout) -> None:
+        tracked.append(gc.is_tracked(timeout))
+        if len(tracked) == 100:
+            done.set()
+
+    for _ in range(100):
+        timer.new_timeout(task, 0.001)
+    assert done.wait(10)
+    assert tracked == [False] * 100
+
+
+def test_a_timeout_its_caller_holds_is_tracked_once_it_fired(timer) -> None:
+    done = threading.Event()
+    t = timer.new_timeout(lambda _t: done.set(), 0.001)
+    assert not gc.is_tracked(t)  # pending: the wheel holds it
+    assert done.wait(10)
+    assert wait_for(lambda: gc.is_tracked(t))
+
+
+def test_a_cycle_a_task_makes_with_its_timeout_is_collected(timer) -> None:
+    class Task:
+        def __call__(self, timeout: hwtimer.Timeout) -> None:
+            self.timeout = timeout  # task -> timeout -> task
+            done.set()
+
+    done = threading.Event()
+    task = Task()
+    gone = weakref.ref(task)
+    timer.new_timeout(task, 0.001)
+    del task
+    assert done.wait(10)
+
+    def collected() -> bool:
+        gc.collect()
+        return gone() is None
+
+    assert wait_for(collected)
+
+
+def test_a_cancelled_timeout_its_caller_holds_is_tracked(timer) -> None:
+    t = timer.new_timeout(noop, 0.001)
+    assert t.cancel()
+    assert wait_for(lambda: gc.is_tracked(t))  # once the worker released it

@@ -32,6 +32,7 @@ COUNTERS = {
     "hwtimer_task_errors": "task_errors",
     "hwtimer_worker_ticks": "ticks",
     "hwtimer_worker_wakeups": "wakeups",
+    "hwtimer_task_untimed": "untimed_tasks",
 }
 GAUGES = {
     "hwtimer_timeouts_pending": "pending",
@@ -57,6 +58,7 @@ OTEL = {
     "hwtimer.task.errors": ("task_errors", "counter", "{task}"),
     "hwtimer.worker.ticks": ("ticks", "counter", "{tick}"),
     "hwtimer.worker.wakeups": ("wakeups", "counter", "{wakeup}"),
+    "hwtimer.task.untimed": ("untimed_tasks", "counter", "{task}"),
     "hwtimer.timeouts.pending": ("pending", "up-down", "{timeout}"),
     "hwtimer.max_expired_per_tick": ("max_expired_per_tick", "gauge", "{timeout}"),
     "hwtimer.task.time_max": ("task_time_max", "gauge", "s"),

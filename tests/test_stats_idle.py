@@ -130,6 +130,25 @@ def test_lateness_plausible_against_tick(make_timer):
     assert 0 <= s["task_time_max"] < 1.0
 
 
+def test_a_slow_untimed_task_shows_in_the_lateness_of_the_tasks_after_it(make_timer):
+    timer = make_timer(0.01, 64)
+    n, slow = 300, 100  # task 100 of the batch runs untimed
+    ran = []
+
+    def task(_t):
+        ran.append(1)
+        if len(ran) == slow:
+            time.sleep(0.2)
+
+    for _ in range(n):
+        timer.new_timeout(task, 0.05)
+    assert wait_for(lambda: len(ran) == n)
+    s = timer.stats()
+    assert s["late_samples"] + s["untimed_tasks"] == n
+    assert s["untimed_tasks"] > 0
+    assert s["late_max"] >= 0.2
+
+
 def test_task_time_max_sees_a_slow_task(make_timer):
     timer = make_timer(0.005, 8)
     done = threading.Event()
