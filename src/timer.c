@@ -468,8 +468,12 @@ static PyObject *timer_new_timeout(TimerObject *self, PyObject *const *args, Py_
     static const hwtimer_signature sig = {
         .fname = "new_timeout", .names = names, .nparams = 2, .nrequired = 2};
     PyObject *given[2];
-    if (hwtimer_bind(&sig, args, nargs, kwnames, given) < 0)
+    if (nargs == 2 && !kwnames) { /* the common call, bound without the parser */
+        given[0] = args[0];
+        given[1] = args[1];
+    } else if (hwtimer_bind(&sig, args, nargs, kwnames, given) < 0) {
         return NULL;
+    }
     PyObject *task = given[0], *delay_o = given[1];
     if (!PyCallable_Check(task)) {
         PyErr_Format(PyExc_TypeError, "task must be callable, not %.200s",
