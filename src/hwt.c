@@ -49,8 +49,11 @@ enum { CANCEL_WAKE_NONE = 0, CANCEL_WAKE_AT_BATCH = 1, CANCEL_WAKE_AT_FIRST = 2 
 #define TRANSFER_WAKE_BATCH 65536
 
 /* A bucket with many due timeouts is handed over in slices of this many,
-   so that consumers run the first while the worker walks the rest. */
-#define EXPIRE_SLICE 8192
+   so that consumers run the first while the worker walks the rest; the
+   first slice is smaller, so that the first task starts after a walk of a
+   few microseconds rather than of 8192 cold nodes. */
+#define EXPIRE_FIRST_SLICE 256
+#define EXPIRE_SLICE       8192
 
 /* A worker that has just gone idle sleeps this long before it blocks for
    good: sparse traffic (a timeout scheduled and cancelled at a time) then
@@ -463,7 +466,7 @@ static void deliver_expired(void *ctx, hwt_timeout *to)
     hwt_timer *t = ctx;
     t->expiring_once += !hwt_timeout_periodic(to);
     deliver(t, to, to->sink ? to->sink : &t->default_sink);
-    if (++t->expiring % EXPIRE_SLICE == 0)
+    if (++t->expiring % EXPIRE_SLICE == 0 || t->expiring == EXPIRE_FIRST_SLICE)
         publish_batches(t); /* let consumers start on a large bucket */
 }
 
