@@ -108,3 +108,25 @@ def test_a_cancelled_timeout_its_caller_holds_is_tracked(timer) -> None:
     t = timer.new_timeout(noop, 0.001)
     assert t.cancel()
     assert wait_for(lambda: gc.is_tracked(t))  # once the worker released it
+
+
+def test_a_tick_of_released_timeouts_is_reused_without_allocating() -> None:
+    # a fresh interpreter: its free list starts empty and nothing else runs
+    proc = run_python(
+        """
+        import gc
+        from hwtimer.testing import ManualTimer
+        def noop(t): pass
+        timer = ManualTimer()
+        n = 10_000  # what a 1 ms tick hands back at the fastest schedule + cancel
+        for t in [timer.new_timeout(noop, 60) for _ in range(n)]:
+            t.cancel()
+        timer.advance(0.002)  # the worker's tick releases the n cancelled ones
+        gc.disable()
+        before = gc.get_count()[0]
+        kept = [timer.new_timeout(noop, 60) for _ in range(n)]
+        print(gc.get_count()[0] - before)
+        """
+    )
+    # the list's growth allocates a little; a Timeout from pymalloc counts 1
+    assert int(proc.stdout) < 100
