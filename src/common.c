@@ -107,13 +107,16 @@ int hwtimer_delay_from_seconds(double d, const char *what, int64_t *ns)
         PyErr_Format(PyExc_ValueError, "%s must not be NaN", what);
         return -1;
     }
-    double x = ceil(d * 1e9);
-    if (x >= 9.2e18)
+    double x = d * 1e9;
+    if (x >= 9.2e18) {
         *ns = HWT_NEVER;
-    else if (x <= 0)
-        *ns = x < 0 ? -1 : 0;
-    else
-        *ns = (int64_t)x;
+    } else if (x <= 0) {
+        *ns = x <= -1 ? -1 : 0; /* what ceil(x) < 0 means */
+    } else {
+        /* ceil(x), without libm's call on the hot path of new_timeout() */
+        int64_t n = (int64_t)x;
+        *ns = (double)n < x ? n + 1 : n;
+    }
     return 0;
 }
 
