@@ -20,9 +20,10 @@ figures worth publishing.  Usage::
 
     python benchmarks/snapshot.py [--pending N] [--seconds S] [--calls K] [--quick]
 
-``main()`` is the entry point (``benchmarks/run.py --module snapshot`` runs
-it as a script); ``measure(pending, seconds, calls)`` returns the
-figures as a dict.
+``benchmarks/run.py`` runs it too (``run()``): each of its ``--repeats``
+runs is a fresh interpreter, and each figure is the median of the runs'
+with their min-max.  ``measure(pending, seconds, calls)`` returns one
+run's figures as a dict.
 """
 
 from __future__ import annotations
@@ -34,7 +35,14 @@ import sys
 import threading
 import time
 
+from common import fmt, run_child, summarize
+
 LIMITS = (10, 100, 1000)
+SIZES = {
+    "full": {"pending": 1_000_000, "seconds": 3.0, "calls": 200},
+    "quick": {"pending": 100_000, "seconds": 1.0, "calls": 50},
+    "tiny": {"pending": 10_000, "seconds": 0.3, "calls": 20},
+}
 
 
 def _noop(_timeout: object) -> None:
@@ -160,6 +168,33 @@ def format_lines(r: dict) -> list[str]:
         lines.append(
             f"  {what}: schedule {s['schedule_max_ms']:.2f} ms, cancel"
             f" {s['cancel_max_ms']:.2f} ms ({s['pairs']:,} pairs)"
+        )
+    return lines
+
+
+def run(cfg: dict) -> dict:
+    """run.py's entry: `repeats` runs of measure(), each in a fresh
+    interpreter, folded into medians with min-max."""
+    args = (cfg["pending"], cfg["seconds"], cfg["calls"])
+    return summarize([run_child("snapshot", "measure", *args) for _ in range(cfg["repeats"])])
+
+
+def report(r: dict) -> list[str]:
+    lines = [
+        f"{r['pending']['median']:,.0f} pending, 1 ms x 4096, due 1 min to 1 h ahead;"
+        " us per call, median (min-max) over the runs of each run's median and max"
+    ]
+    for limit, t in r["snapshot"].items():
+        lines.append(
+            f"pending_snapshot({limit}): median {fmt(t['median_us'])}, max {fmt(t['max_us'])}"
+        )
+    t = r["stats"]
+    lines.append(f"stats(): median {fmt(t['median_us'])}, max {fmt(t['max_us'])}")
+    lines.append("longest schedule / cancel (ms) on another thread, while this thread:")
+    for what, s in r["stalls"].items():
+        lines.append(
+            f"  {what}: schedule {fmt(s['schedule_max_ms'], ',.1f')},"
+            f" cancel {fmt(s['cancel_max_ms'], ',.1f')}"
         )
     return lines
 
