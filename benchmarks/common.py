@@ -1,6 +1,7 @@
 """What the benchmarks share: the timers and loops they measure, the
 workload every implementation gets, and running a measurement in a fresh
-interpreter.
+interpreter, and building another revision of this checkout to measure
+beside it.
 
 ``python benchmarks/common.py MODULE FUNCTION JSON`` is that fresh
 interpreter: it calls ``MODULE.FUNCTION(*JSON)`` and prints the returned
@@ -171,6 +172,28 @@ def run_child(module: str, function: str, *args, timeout: float = 600) -> dict:
     if proc.returncode != 0:
         raise RuntimeError(f"benchmark {module}.{function} failed:\n{proc.stderr[-4000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+# ---- another revision ----
+
+
+def build_revision(rev: str, into: str) -> str:
+    """Exports git revision `rev` of this checkout into `into` and builds its
+    extension in place; returns the directory to put on PYTHONPATH.  Raises
+    RuntimeError with git's or the build's message when either fails."""
+    archive = subprocess.run(["git", "-C", ROOT, "archive", rev], capture_output=True)
+    if archive.returncode != 0:
+        raise RuntimeError(f"git archive {rev} failed: {archive.stderr.decode().strip()}")
+    subprocess.run(["tar", "-x", "-C", into], input=archive.stdout, check=True)
+    build = subprocess.run(
+        [sys.executable, "setup.py", "-q", "build_ext", "--inplace"],
+        cwd=into,
+        capture_output=True,
+        text=True,
+    )
+    if build.returncode != 0:
+        raise RuntimeError(f"building {rev} failed:\n{build.stderr[-4000:]}")
+    return into
 
 
 if __name__ == "__main__":

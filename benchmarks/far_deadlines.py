@@ -47,8 +47,6 @@ import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
 THREAD = "farbench"
 
 
@@ -199,22 +197,6 @@ def _median_row(rows: list[dict]) -> dict:
     return row
 
 
-def build_revision(rev: str, into: str) -> str:
-    """Exports git revision `rev` of this checkout into `into` and builds its
-    extension in place; returns the directory to put on PYTHONPATH."""
-    archive = subprocess.run(
-        ["git", "-C", ROOT, "archive", rev], capture_output=True, check=True
-    ).stdout
-    subprocess.run(["tar", "-x", "-C", into], input=archive, check=True)
-    subprocess.run(
-        [sys.executable, "setup.py", "-q", "build_ext", "--inplace"],
-        cwd=into,
-        check=True,
-        capture_output=True,
-    )
-    return into
-
-
 def run_all(baseline: str | None, quick: bool = False, repeats: int = 3) -> list[dict]:
     """Rows of figures: each scenario for "levels" (the hwtimer found first)
     and, given a baseline directory, for "single" (the baseline)."""
@@ -270,6 +252,11 @@ def main(argv: list[str] | None = None) -> None:
         name, params = json.loads(args.child)
         print(json.dumps(MEASURES[name](*params)))
         return
+    # imported here, past the children's return: common puts the checkout on
+    # sys.path, and a child (this file with --child) measures the hwtimer
+    # that PYTHONPATH or the installed package gives it
+    from common import build_revision
+
     tmp = tempfile.mkdtemp(prefix="hwtimer-baseline.") if args.baseline_rev else None
     try:
         baseline = build_revision(args.baseline_rev, tmp) if tmp else args.baseline
