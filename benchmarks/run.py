@@ -4,6 +4,7 @@ the floors of its own hot paths.
 One command runs them all::
 
     python benchmarks/run.py [--quick] [--only NAME ...] [--readme]
+    python benchmarks/run.py --compare REF [--quick] [--only NAME ...]
 
 It needs the extension built in place (``python setup.py build_ext
 --inplace``) or hwtimer installed, and the ``bench`` extra (uvloop,
@@ -21,18 +22,35 @@ figures from them (``benchmarks/readme.py`` does that alone).
 ``--size tiny`` is a smoke test of every benchmark in seconds, whose figures
 mean nothing.
 
+``--compare REF`` measures a change against git revision REF of this
+checkout (``main~3``, a tag, a sha): it builds REF in a temporary directory
+(``common.build_revision``) and runs each selected benchmark twice, each
+time by this script in a fresh interpreter, once for REF's build ("before",
+first on PYTHONPATH) and once for the checkout's ("after", found as above);
+the two run back to back, which goes first alternating from benchmark to
+benchmark, so that a change in the machine's load hits both alike.  Then it
+prints a table, a row per figure that hwtimer's own code moves (each
+module's figure of the release and those ``COMPARED`` names): both builds'
+medians with min-max, after/before and the better side, "within noise" when
+each median lies within the other's min-max, each build's BUSY and SPREAD
+notes, and the figures that got worse by more than the noise.  It writes ``compare.json`` (both
+builds' results, each shaped as a results.json, and the table) in
+``--out`` and leaves results.json and the chart as they are.
+
 The benchmarks are the modules named in BENCHMARKS, each in this
 directory; ``--module NAME`` adds one.  A module has ``run(cfg) -> dict``
 (cfg: its ``SIZES[size]`` and ``repeats``), and may have ``SIZES``,
 ``report(result) -> list of lines``, ``FIGURE`` with ``figure(result)``
 (a target of the release and the measured value), and ``plot(result,
 machine, path)``.  A module with only ``main()`` is run as a script and its
-output kept.
+output kept.  ``--compare`` compares every repeated figure of a module that
+``COMPARED`` does not name, with no better side.
 """
 
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import importlib
 import json
 import os
@@ -42,9 +60,21 @@ import resource
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 
-from common import HERE, ROOT, TICK, WHEEL, child_env, spread
+from common import (
+    HERE,
+    PYTHONPATH,
+    ROOT,
+    TICK,
+    WHEEL,
+    build_revision,
+    child_env,
+    fmt,
+    spread,
+    summary,
+)
 
 RESULTS = os.path.join(HERE, "results")
 BENCHMARKS = [
@@ -250,6 +280,305 @@ def print_report(r: dict, modules: dict) -> None:
             )
 
 
+# ---- comparing two builds ----
+
+LOWER, HIGHER = "lower", "higher"
+# What --compare sets side by side, beside each module's figure of the
+# release: the figures of its results that hwtimer's own code moves, by
+# their paths in the results (fnmatch patterns), each with the unit it is
+# printed in, the way it is better and the scale from the stored value to
+# that unit.  A module not named here has every repeated figure compared,
+# with no verdict.
+COMPARED: dict[str, list[tuple[str, str, str, float]]] = {
+    "pair": [
+        ("ns_per_pair/hwtimer*", "ns", LOWER, 1),
+        ("cpu_ns_per_pair/hwtimer", "CPU ns", LOWER, 1),
+        ("vs_floor/hwtimer / floor: essential work", "x", LOWER, 1),
+        ("vs_floor_cpu/hwtimer / floor: essential work", "x", LOWER, 1),
+    ],
+    "memory": [("*/hwtimer/bytes_per_timeout", "bytes", LOWER, 1)],
+    "growth": [
+        ("hwtimer/ns_per_pair/*", "ns", LOWER, 1),
+        ("hwtimer/gc_collect_ms/*", "ms", LOWER, 1),
+    ],
+    "burst": [
+        ("hwtimer*/callbacks_per_s", "M/s", HIGHER, 1e-6),
+        ("hwtimer*/callbacks_per_s_first_to_last", "M/s", HIGHER, 1e-6),
+        ("hwtimer*/first_late_ms", "ms", LOWER, 1),
+        ("vs_floor/*", "x", HIGHER, 1),
+    ],
+    "producers": [
+        ("seconds/*", "ms", LOWER, 1e3),
+        ("vs_one_thread/[!1]", "x", LOWER, 1),
+    ],
+    "lateness": [
+        ("hwtimer*/p50_ms", "ms", LOWER, 1),
+        ("hwtimer*/p99_ms", "ms", LOWER, 1),
+        ("hwtimer*/max_ms", "ms", LOWER, 1),
+    ],
+    "instructions": [("hwtimer/instructions_per_pair", "instructions", LOWER, 1)],
+    "idle": [
+        ("*/worker_cpu_us_per_s", "us/s", LOWER, 1),
+        ("*/wakeups_per_s", "/s", LOWER, 1),
+    ],
+    "bench_asyncio": [
+        ("*/hwtimer.*/ns", "ns", LOWER, 1),
+        ("*/timer.call_later/ns", "ns", LOWER, 1),
+        ("*/hwtimer.*/bytes", "bytes", LOWER, 1),
+        ("*/timer.call_later/bytes", "bytes", LOWER, 1),
+    ],
+}
+# Medians that agree to this fraction are the same figure: closer than any
+# is printed or means (tracemalloc's bytes move by a few thousandths).
+SAME = 0.001
+# The way each module's figure of the release is better (its FIGURE).
+FIGURE_BETTER = {
+    "pair": HIGHER,
+    "memory": LOWER,
+    "growth": LOWER,
+    "burst": HIGHER,
+    "producers": LOWER,
+}
+
+
+def figure_paths(result, numbers: bool, path: str = "") -> dict[str, dict]:
+    """Every repeated figure (a summary) in a module's result by its path,
+    "a/b/c"; with `numbers`, a bare number too, as a summary of its one
+    run.  idle's rows are named by their tick, scenario and mode."""
+    if isinstance(result, dict) and {"median", "min", "max"} <= result.keys():
+        return {path: result}
+    if isinstance(result, (int, float)) and not isinstance(result, bool):
+        return {path: summary([result])} if numbers else {}
+    if isinstance(result, list):
+        result = {row_name(row, i): row for i, row in enumerate(result)}
+    if not isinstance(result, dict):
+        return {}
+    out = {}
+    for k, v in result.items():
+        out.update(figure_paths(v, numbers, f"{path}/{k}" if path else str(k)))
+    return out
+
+
+def row_name(row, i: int) -> str:
+    """The name of row i of a list in a result: idle's by what it measures."""
+    if isinstance(row, dict) and {"tick_ms", "scenario", "mode"} <= row.keys():
+        tick = row["tick_ms"]
+        tick = tick["median"] if isinstance(tick, dict) else tick
+        return f"{tick:g} ms {row['scenario']} {row['mode']}"
+    return str(i)
+
+
+def scaled(s: dict | None, scale: float) -> dict | None:
+    if s is None:
+        return None
+    return {k: (v * scale if k != "runs" else [x * scale for x in v]) for k, v in s.items()}
+
+
+def side_by_side(label: str, unit: str, better: str | None, before, after) -> dict:
+    """One row of the comparison: both summaries, after/before, the better
+    side ("before", "after", "same" when the medians agree to SAME of
+    theirs, or None when the way is unknown or a side is missing) and
+    whether the difference is within noise: each median lies within the
+    other run's min-max."""
+    row = {"figure": label, "unit": unit, "better": better, "before": before, "after": after}
+    row.update(after_over_before=None, better_side=None, within_noise=None)
+    if before is None or after is None:
+        return row
+    b, a = before["median"], after["median"]
+    row["after_over_before"] = a / b if b else None
+    row["within_noise"] = before["min"] <= a <= before["max"] and after["min"] <= b <= after["max"]
+    if abs(a - b) <= SAME * max(abs(a), abs(b)):
+        row["better_side"] = "same"
+    elif better is not None:
+        row["better_side"] = "after" if (a < b) == (better == LOWER) else "before"
+    return row
+
+
+def compared(name: str, before: dict, after: dict) -> list[dict]:
+    """The rows of benchmark `name` in the side-by-side table, from the two
+    builds' results.json: its figure of the release, then those COMPARED
+    names (every repeated figure for a module it does not name)."""
+    rows = []
+    fig_b, fig_a = before["figures"].get(name), after["figures"].get(name)
+    if fig_b or fig_a:
+        fig = fig_a or fig_b
+        # "x (10,000 pending / 1,000)": the unit "x", all of it in the label
+        unit, _, what = fig["unit"].partition(" ")
+        label = f"figure, {fig['unit']}" if what else "figure"
+        values = [f["value"] if f else None for f in (fig_b, fig_a)]
+        rows.append(side_by_side(label, unit, FIGURE_BETTER.get(name), *values))
+        rows[-1]["target"] = fig["target"]
+    spec = COMPARED.get(name)
+    numbers = spec is not None
+    paths_b = figure_paths(before["results"].get(name), numbers)
+    paths_a = figure_paths(after["results"].get(name), numbers)
+    paths = list(paths_b) + [p for p in paths_a if p not in paths_b]
+    seen: set[str] = set()
+    for pattern, unit, better, scale in spec or [("*", "", None, 1)]:
+        for path in paths:
+            if path in seen or not fnmatch.fnmatchcase(path, pattern):
+                continue
+            seen.add(path)
+            values = (scaled(p.get(path), scale) for p in (paths_b, paths_a))
+            rows.append(side_by_side(path, unit, better, *values))
+    return rows
+
+
+def run_build(side: str, name: str, build: str | None, args, tmp: str) -> dict:
+    """Runs benchmark `name` by this script in a fresh interpreter, for
+    REF's build (`build`, put first on PYTHONPATH) or for the checkout's
+    (None); returns its results.json.  Its progress goes to stderr."""
+    out = os.path.join(tmp, side, name)
+    cmd = [sys.executable, os.path.abspath(__file__), "--only", name, "--out", out]
+    cmd += ["--size", args.size, "--repeats", str(args.repeats)]
+    for m in args.module:
+        cmd += ["--module", m]
+    env = dict(os.environ)
+    if build:
+        env["PYTHONPATH"] = os.pathsep.join([build, *PYTHONPATH])
+    print(f"{name}, {side}:", file=sys.stderr, flush=True)
+    proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{name} failed on the {side} build:\n{proc.stdout[-4000:]}")
+    with open(os.path.join(out, "results.json")) as f:
+        return json.load(f)
+
+
+def merged(runs: list[dict]) -> dict:
+    """One build's results.json, from its runs of one benchmark each."""
+    r = dict(runs[0], results={}, load={}, figures={}, total_seconds=0.0)
+    r["config"] = dict(r["config"], benchmarks=[])
+    for run in runs:
+        r["config"]["benchmarks"] += run["config"]["benchmarks"]
+        for k in ("results", "load", "figures"):
+            r[k].update(run[k])
+        r["total_seconds"] += run["total_seconds"]
+    return r
+
+
+def run_compare(ref: str, names: list[str], args) -> dict:
+    """Builds `ref` and runs every benchmark for it and for the checkout,
+    benchmark by benchmark, which goes first alternating; returns what
+    compare.json holds."""
+    if shutil.which("git") is None or not git("rev-parse", "--git-dir"):
+        raise RuntimeError(f"--compare needs git and a git checkout; {ROOT} is not one")
+    commit = git("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
+    if not commit:
+        raise RuntimeError(f"{ref!r} names no commit of {ROOT}")
+    started = time.monotonic()
+    runs: dict[str, list[dict]] = {"before": [], "after": []}
+    tmp = tempfile.mkdtemp(prefix="hwtimer-compare.")
+    try:
+        build = os.path.join(tmp, "build")
+        os.mkdir(build)
+        print(f"building {ref} ({commit[:12]}) in {build} ...", file=sys.stderr, flush=True)
+        build_revision(commit, build)
+        for i, name in enumerate(names):
+            for side in ("before", "after") if i % 2 == 0 else ("after", "before"):
+                r = run_build(side, name, build if side == "before" else None, args, tmp)
+                runs[side].append(r)
+        for r in runs["before"]:
+            measured = r["machine"]["hwtimer_source"]["extension"]
+            if not measured.startswith(build + os.sep):
+                raise RuntimeError(f"a before run measured {measured}, not the build of {ref}")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    before, after = merged(runs["before"]), merged(runs["after"])
+    return {
+        "ref": ref,
+        "commit": commit,
+        "config": {"size": args.size, "repeats": args.repeats, "benchmarks": names},
+        "before": before,
+        "after": after,
+        "comparison": {name: compared(name, before, after) for name in names},
+        "total_seconds": time.monotonic() - started,
+    }
+
+
+def verdict(row: dict) -> str:
+    if row["better_side"] is None:
+        return "" if row["before"] and row["after"] else "measured on one side only"
+    if row["better_side"] == "same":
+        return "same"
+    text = f"{row['better_side']} better"
+    return f"{text}, within noise" if row["within_noise"] else text
+
+
+def spec_for(row: dict) -> str:
+    """The format of a row's numbers: about three significant digits."""
+    x = max(abs(s["median"]) for s in (row["before"], row["after"]) if s)
+    return ",.0f" if x >= 100 or x == 0 else ".1f" if x >= 10 else ".2f" if x >= 0.1 else ".3f"
+
+
+def comparison_lines(c: dict) -> list[str]:
+    """The side-by-side table: a row per figure, then each build's notes."""
+    cells = []  # (benchmark, row, before, after, after/before), as printed
+    for name, rows in c["comparison"].items():
+        for r in rows:
+            spec = spec_for(r)
+            b, a = (fmt(r[k], spec) if r[k] else "-" for k in ("before", "after"))
+            ratio = "-" if r["after_over_before"] is None else f"{r['after_over_before']:.2f}x"
+            cells.append((name, r, b, a, ratio))
+    label_w = max([len(r["figure"]) for _, r, *_ in cells] + [6]) + 2
+    unit_w = max([len(r["unit"]) for _, r, *_ in cells] + [4]) + 2
+    num_w = max([len(x) for *_, b, a, _ in cells for x in (b, a)] + [6]) + 2
+    head = f"{'unit':<{unit_w}}{'before':>{num_w}}{'after':>{num_w}}{'after/before':>14}"
+    lines = [f"   {'':<{label_w}}{head}"]
+    for i, name in enumerate(c["comparison"], 1):
+        lines.append(f"{i}. {name}")
+        rows = [x for x in cells if x[0] == name]
+        if not rows:
+            lines.append("   no figures to compare")
+        for _, r, b, a, ratio in rows:
+            lines.append(
+                f"   {r['figure']:<{label_w}}{r['unit']:<{unit_w}}{b:>{num_w}}{a:>{num_w}}"
+                f"{ratio:>14}  {verdict(r)}"
+            )
+        for side in ("before", "after"):
+            for note in c[side]["load"].get(name, {}).get("notes", []):
+                lines.append(f"   {side}: {note}")
+    return lines
+
+
+def print_comparison(c: dict) -> None:
+    m = c["after"]["machine"]
+    source = m["hwtimer_source"]
+    modified = ", src/ modified" if source.get("checkout_src_modified") else ""
+    print(f"\nhwtimer on {m['cpu']}, {m['cores']} cores, {m['python']}")
+    print(f"before: {c['ref']} ({c['commit'][:12]}), built apart")
+    print(
+        f"after:  the checkout ({source.get('checkout_commit', '?')[:12]}{modified}), "
+        f"{source['extension']}"
+    )
+    print(
+        f"{c['config']['repeats']} runs of each figure ({c['config']['size']} sizes), median "
+        "(min-max); within noise: each median lies within the other's min-max\n"
+    )
+    for line in comparison_lines(c):
+        print(line)
+    rows = [(name, r) for name, rs in c["comparison"].items() for r in rs]
+    judged = [(n, r) for n, r in rows if r["better_side"] in ("before", "after")]
+    judged = [(n, r) for n, r in judged if not r["within_noise"]]
+    worse = [f"{n} {r['figure']}" for n, r in judged if r["better_side"] == "before"]
+    print(
+        f"\noutside noise, after is better in {len(judged) - len(worse)} figure(s) and worse "
+        f"in {len(worse)}{': ' + '; '.join(worse) if worse else ''}"
+    )
+
+
+def compare_main(ref: str, names: list[str], args) -> None:
+    try:
+        c = run_compare(ref, names, args)
+    except RuntimeError as e:
+        sys.exit(f"run.py --compare: {e}")
+    os.makedirs(args.out, exist_ok=True)
+    path = os.path.join(args.out, "compare.json")
+    with open(path, "w") as f:
+        json.dump(c, f, indent=1)
+    print_comparison(c)
+    print(f"\nwrote {os.path.relpath(path)} ({c['total_seconds']:.0f} s)")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="hwtimer benchmarks")
     parser.add_argument("--quick", action="store_true", help="--size quick")
@@ -259,12 +588,20 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--module", action="append", default=[], help="add a benchmark module")
     parser.add_argument("--out", default=RESULTS, help="where results.json and the chart go")
     parser.add_argument("--readme", action="store_true", help="then rewrite README.rst's figures")
+    parser.add_argument(
+        "--compare", metavar="REF", help="measure git revision REF's build beside the checkout's"
+    )
     args = parser.parse_args(argv)
-    size = "quick" if args.quick else args.size
+    args.size = size = "quick" if args.quick else args.size
     names = [n for n in BENCHMARKS + args.module if not args.only or n in args.only]
     unknown = set(args.only or []) - set(names)
     if unknown:
         parser.error(f"no benchmark named {', '.join(sorted(unknown))}")
+    if args.compare:
+        if args.readme:
+            parser.error("--readme writes the README from one run, not from a comparison")
+        compare_main(args.compare, names, args)
+        return
     modules = {n: load_module(n) for n in names}
 
     r: dict = {

@@ -1,9 +1,11 @@
 """benchmarks/run.py on tiny sizes: every benchmark runs, results.json has
-the shape the README generator reads, and the README's figures can be
-rewritten from it.  Nothing here asserts speed."""
+the shape the README generator reads, the README's figures can be
+rewritten from it, and --compare sets two builds side by side.  Nothing
+here asserts speed."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -132,6 +134,108 @@ def test_a_module_with_only_main_joins_the_run(tmp_path) -> None:
     assert "extra figure: 42" in proc.stdout
     with open(out / "results.json") as f:
         assert json.load(f)["results"] == {"extra_bench": {"output": "extra figure: 42\n"}}
+
+
+def cannot_build_a_revision() -> str | None:
+    """Why run.py --compare cannot build a revision here, or None."""
+    if shutil.which("git") is None:
+        return "no git"
+    head = ["git", "-C", CHECKOUT, "rev-parse", "--verify", "HEAD"]
+    if subprocess.run(head, capture_output=True).returncode != 0:
+        return "not a git checkout"
+    cc = sysconfig.get_config_var("CC")
+    if not cc or shutil.which(cc.split()[0]) is None:
+        return "no C compiler"
+    if importlib.util.find_spec("setuptools") is None:
+        return "no setuptools to build with"
+    return None
+
+
+def file_state(path: str) -> tuple[int, bytes] | None:
+    if not os.path.exists(path):
+        return None
+    with open(path, "rb") as f:
+        return os.stat(path).st_mtime_ns, f.read()
+
+
+def test_compare_runs_both_builds_side_by_side(tmp_path) -> None:
+    pytest.importorskip("uvloop")
+    why = cannot_build_a_revision()
+    if why:
+        pytest.skip(why)
+    results = os.path.join(BENCHMARKS, "results", "results.json")
+    results_before = file_state(results)
+    out = tmp_path / "out"
+    args = ["--compare", "HEAD", "--only", "memory", "pair", "--size", "tiny"]
+    args += ["--repeats", str(REPEATS), "--out", str(out)]
+    proc = bench(os.path.join(BENCHMARKS, "run.py"), *args)
+    assert proc.returncode == 0, proc.stderr
+    assert file_state(results) == results_before
+    assert sorted(os.listdir(out)) == ["compare.json"]
+    with open(out / "compare.json") as f:
+        c = json.load(f)
+    head = subprocess.run(["git", "-C", CHECKOUT, "rev-parse", "HEAD"], capture_output=True)
+    assert c["commit"] == head.stdout.decode().strip()
+    for side in ("before", "after"):
+        r = c[side]
+        assert r["config"] == {"size": "tiny", "repeats": REPEATS, "benchmarks": ["pair", "memory"]}
+        assert is_summary(r["results"]["pair"]["ns_per_pair"]["hwtimer"])
+        assert is_summary(r["results"]["memory"]["rss"]["hwtimer"]["bytes_per_timeout"])
+        assert set(r["figures"]) == {"pair", "memory"}
+        assert set(r["load"]) == {"pair", "memory"}
+    # each side measured its own build: REF's was built outside the checkout
+    before_ext = c["before"]["machine"]["hwtimer_source"]["extension"]
+    after_ext = c["after"]["machine"]["hwtimer_source"]["extension"]
+    assert before_ext != after_ext and not before_ext.startswith(CHECKOUT + os.sep)
+    rows = c["comparison"]
+    assert list(rows) == ["pair", "memory"]
+    labels = {name: [r["figure"] for r in rs] for name, rs in rows.items()}
+    assert {"figure", "ns_per_pair/hwtimer", "cpu_ns_per_pair/hwtimer"} <= set(labels["pair"])
+    assert {"figure", "rss/hwtimer/bytes_per_timeout"} <= set(labels["memory"])
+    assert [r["better"] for r in rows["pair"] if r["figure"] == "figure"] == ["higher"]
+    assert all(r["better"] == "lower" for r in rows["memory"])
+    for name, rs in rows.items():
+        for r in rs:
+            assert is_summary(r["before"]) and is_summary(r["after"]), (name, r["figure"])
+            assert r["better_side"] in ("before", "after", "same")
+            assert isinstance(r["within_noise"], bool)
+            # the printed table: the row with both sides' median (min-max)
+            side = r"[\d.,]+ \([\d.,]+-[\d.,]+\)"
+            row = rf"^   {re.escape(r['figure'])} +{re.escape(r['unit'])} +{side} +{side} +[\d.]+x"
+            assert re.search(row, proc.stdout, re.M), (name, r["figure"])
+
+
+def test_compare_judges_by_the_way_a_figure_is_better() -> None:
+    # run.py's side_by_side() on made-up figures, in a fresh interpreter:
+    # importing benchmarks/ here would put the checkout's hwtimer first
+    code = """if True:
+        import json, run
+        def s(lo, med, hi):
+            return {"median": med, "min": lo, "max": hi, "runs": [lo, med, hi]}
+        cases = [
+            ("lower", s(100, 110, 120), s(80, 85, 90)),
+            ("higher", s(100, 110, 120), s(80, 85, 90)),
+            ("lower", s(100, 110, 120), s(95, 105, 115)),
+            ("higher", s(100, 110, 120), s(60, 130, 135)),
+            ("lower", s(80, 80, 80), s(80, 80.01, 80.02)),
+            (None, s(1, 2, 3), s(4, 5, 6)),
+        ]
+        rows = [run.side_by_side("f", "ns", *case) for case in cases]
+        print(json.dumps([(r["better_side"], r["within_noise"]) for r in rows]))
+    """
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=BENCHMARKS, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == [
+        ["after", False],
+        ["before", False],
+        ["after", True],
+        # after's median lies outside before's min-max: not noise
+        ["after", False],
+        ["same", False],
+        [None, False],
+    ]
 
 
 def test_snapshot_benchmark_runs() -> None:
