@@ -321,6 +321,11 @@ COMPARED: dict[str, list[tuple[str, str, str, float]]] = {
         ("*/worker_cpu_us_per_s", "us/s", LOWER, 1),
         ("*/wakeups_per_s", "/s", LOWER, 1),
     ],
+    "snapshot": [
+        ("snapshot/*_us", "us", LOWER, 1),
+        ("stats/*_us", "us", LOWER, 1),
+        ("stalls/*_ms", "ms", LOWER, 1),
+    ],
     "bench_asyncio": [
         ("*/hwtimer.*/ns", "ns", LOWER, 1),
         ("*/timer.call_later/ns", "ns", LOWER, 1),
