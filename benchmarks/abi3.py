@@ -2,14 +2,17 @@
 
 One command builds both from this checkout and measures them side by side::
 
-    python benchmarks/abi3.py [--repeats 9] [--quick] [--json PATH]
+    python benchmarks/abi3.py [--repeats 9] [--quick | --size tiny] [--json PATH]
 
 It builds the extension twice into temporary directories, as pip installs
 it (``HWTIMER_LIMITED_API=0`` and ``=1``), then runs the cases below in
 fresh interpreters, one build after the other, alternating which goes
 first, for ``--repeats`` rounds.  Each figure is the median over the rounds
 with the minimum and maximum beside it, and the last column is the abi3
-build's median over the full build's.
+build's figure over the full build's in the same round, median (min-max).
+``--quick`` runs smaller sizes; ``--size tiny`` is a smoke test whose
+figures mean nothing (the two builds take most of its time).
+``benchmarks/run.py --module abi3`` runs it with the other benchmarks.
 
 Cases, each in ns per operation, on two clocks: wall time
 (``time.perf_counter_ns``) and the CPU time of the thread doing the work
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import concurrent.futures
 import glob
 import json
 import os
@@ -43,8 +47,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 BUILDS = {"full": "0", "abi3": "1"}  # name: HWTIMER_LIMITED_API
 CASES = ["pair", "burst", "loop burst", "scope"]
-SIZES = {"pair": 200_000, "burst": 100_000, "scope": 100_000}
-QUICK = {"pair": 50_000, "burst": 20_000, "scope": 20_000}
+CLOCKS = ["wall", "cpu"]  # the order of a case's two figures
+# operations of each case: the pair's, the bursts' tasks, the scopes
+SIZES = {
+    "full": {"pair": 200_000, "burst": 100_000, "scope": 100_000},
+    "quick": {"pair": 50_000, "burst": 20_000, "scope": 20_000},
+    "tiny": {"pair": 2_000, "burst": 1_000, "scope": 500},
+}
 
 # ---- the cases, run in a worker process ----
 
@@ -169,6 +178,10 @@ def worker(sizes: dict) -> dict:
 
 
 # ---- the driver ----
+#
+# It takes common.py's helpers where it needs them, not at the top: importing
+# common.py puts the checkout on sys.path, and the worker must import the
+# build it is given, or the installed one, never the checkout's.
 
 
 def copy_checkout(dest: str) -> None:
@@ -205,62 +218,80 @@ def run_worker(path: str, sizes: dict, cwd: str) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def summarize(rounds: dict, clock: int) -> dict:
-    """Per case and build, the median, min and max of one clock (0: wall,
-    1: CPU) over the rounds."""
+def table_of(rounds: dict, clock: int) -> dict:
+    """Per case, each build's summary of one clock (0: wall, 1: CPU) over
+    the rounds, and the abi3 build's figure over the full build's, round by
+    round."""
+    from common import per_round, summary
+
     out = {}
     for case in CASES:
-        row = {}
-        for name in BUILDS:
-            values = [r[case][clock] for r in rounds[name]]
-            row[name] = {
-                "median": statistics.median(values),
-                "min": min(values),
-                "max": max(values),
-            }
-        row["abi3/full"] = row["abi3"]["median"] / row["full"]["median"]
+        series = {name: [r[case][clock] for r in rounds[name]] for name in BUILDS}
+        row = {name: summary(v) for name, v in series.items()}
+        row["abi3/full"] = per_round(lambda a, f: a / f, series["abi3"], series["full"])
         out[case] = row
     return out
 
 
-def print_table(summary: dict, repeats: int, clock: str) -> None:
-    print(
-        f"\n{clock} ns per operation, median (min-max) of {repeats} interleaved rounds, "
-        f"Python {sys.version.split()[0]}"
-    )
-    print(f"{'case':<12} {'full API':>22} {'abi3':>22} {'abi3/full':>10}")
-    for case, row in summary.items():
-        cells = [
-            f"{row[n]['median']:.0f} ({row[n]['min']:.0f}-{row[n]['max']:.0f})" for n in BUILDS
+def run(cfg: dict) -> dict:
+    """Both builds, measured for cfg["repeats"] rounds on cfg's sizes: a
+    table per clock, of ns per operation."""
+    sizes = {k: cfg[k] for k in SIZES["full"]}
+    rounds: dict[str, list[dict]] = {name: [] for name in BUILDS}
+    with tempfile.TemporaryDirectory(prefix="hwtimer-abi3-") as tmp:
+        # the two builds at once: most of a small run's time
+        with concurrent.futures.ThreadPoolExecutor(len(BUILDS)) as pool:
+            jobs = {name: pool.submit(build, name, lim, tmp) for name, lim in BUILDS.items()}
+            paths = {name: job.result() for name, job in jobs.items()}
+        for r in range(cfg["repeats"]):
+            order = list(BUILDS) if r % 2 == 0 else list(reversed(BUILDS))
+            for name in order:
+                rounds[name].append(run_worker(paths[name], sizes, tmp))
+            print(f"round {r + 1}/{cfg['repeats']} done", file=sys.stderr)
+    out: dict = {
+        "python": sys.version.split()[0],
+        "sizes": sizes,
+        "rounds": cfg["repeats"],
+        "modules": {name: rounds[name][-1]["module"] for name in BUILDS},
+    }
+    for i, clock in enumerate(CLOCKS):
+        out[clock] = table_of(rounds, i)
+    return out
+
+
+def report(r: dict) -> list[str]:
+    from common import fmt
+
+    lines = []
+    for clock in CLOCKS:
+        lines += [
+            f"{clock} ns per operation, median (min-max) of {r['rounds']} interleaved rounds, "
+            f"Python {r['python']}",
+            f"{'case':<12} {'full API':>22} {'abi3':>22} {'abi3/full':>20}",
         ]
-        print(f"{case:<12} {cells[0]:>22} {cells[1]:>22} {row['abi3/full']:>9.2f}x")
+        for case, row in r[clock].items():
+            cells = [f"{fmt(row[n]):>22}" for n in BUILDS]
+            lines.append(f"{case:<12} {' '.join(cells)} {fmt(row['abi3/full'], '.2f'):>19}x")
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=9, help="interleaved rounds (default 9)")
-    parser.add_argument("--quick", action="store_true", help="smaller sizes, a quick check")
+    parser.add_argument("--quick", action="store_true", help="--size quick, a quick check")
+    parser.add_argument("--size", choices=list(SIZES), default="full")
     parser.add_argument("--json", help="also write the figures to this file")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
         print(json.dumps(worker(json.loads(args.worker))))
         return 0
-    sizes = QUICK if args.quick else SIZES
-    rounds: dict[str, list[dict]] = {name: [] for name in BUILDS}
-    with tempfile.TemporaryDirectory(prefix="hwtimer-abi3-") as tmp:
-        paths = {name: build(name, limited, tmp) for name, limited in BUILDS.items()}
-        for r in range(args.repeats):
-            order = list(BUILDS) if r % 2 == 0 else list(reversed(BUILDS))
-            for name in order:
-                rounds[name].append(run_worker(paths[name], sizes, tmp))
-            print(f"round {r + 1}/{args.repeats} done", file=sys.stderr)
-    summary = {clock: summarize(rounds, i) for i, clock in enumerate(["wall", "cpu"])}
-    for clock, table in summary.items():
-        print_table(table, args.repeats, clock)
+    size = "quick" if args.quick else args.size
+    r = run(dict(SIZES[size], repeats=args.repeats))
+    print("\n".join(report(r)))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"python": sys.version, "sizes": sizes, "summary": summary}, f, indent=1)
+            json.dump(r, f, indent=1)
     return 0
 
 
