@@ -26,7 +26,7 @@ import re
 import sys
 import textwrap
 
-from run import BUSY_CORES, SPREAD
+from run import BUSY_CORES, SPREAD, wide_spreads
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 README = os.path.join(os.path.dirname(HERE), "README.rst")
@@ -259,6 +259,98 @@ def block_idle(idle: dict, r: dict) -> str:
     return table(["tick", "scenario", "mode", "worker CPU us/s", "wake-ups/s"], rows)
 
 
+def load_note(name: str, r: dict) -> str:
+    """How busy the machine was while benchmark `name` ran, and which of its
+    figures moved between runs: the notes run.py prints beside it."""
+    used, cores = r["load"][name]["other_processes_cores"], r["machine"]["cores"]
+    text = f"while it ran, other processes used {used:.2f} of the {cores} cores"
+    if used > BUSY_CORES:
+        text += f" (busy: more than {BUSY_CORES:.2f})"
+    spreads = sorted(wide_spreads(r["results"][name]), reverse=True)
+    if spreads:
+        s, path = spreads[0]
+        text += (
+            f", and {len(spreads)} of its figures moved by more than {SPREAD:.0%} of their "
+            f"median between runs (the most, ``{path}``, by {s:.0%})"
+        )
+    return text
+
+
+# rearm.py's cases, as the README names them
+REARM_ROWS = {
+    "reset()": "``reset()``",
+    "cancel() + new_timeout()": "``cancel()`` + ``new_timeout()``",
+    "hwtimer call_later + reset()": "``reset()`` of a ``call_later`` handle, in a loop",
+    "asyncio TimerHandle cancel() + call_later()": (
+        "asyncio ``TimerHandle`` ``cancel()`` + ``call_later()``"
+    ),
+    "asyncio Timeout.reschedule()": "asyncio ``Timeout.reschedule()``",
+    "new_periodic()": "``new_periodic()``, CPU per run",
+    "task re-arming itself with new_timeout()": (
+        "a task re-arming itself with ``new_timeout()``, CPU per run"
+    ),
+}
+
+
+def block_rearm(rr: dict, r: dict) -> str:
+    rows = []
+    for pending, cases in rr["rearm_ns"].items():
+        rows += [
+            [f"{REARM_ROWS[k]}, {int(pending):,} pending", med(v), rng(v)] for k, v in cases.items()
+        ]
+    for part in ("loop_rearm_ns", "periodic_cpu_ns_per_run"):
+        rows += [[REARM_ROWS[k], med(v), rng(v)] for k, v in rr[part].items()]
+    p = rr["periodic"]
+    lead = para(
+        f"One run of ``benchmarks/run.py`` ({r['config']['size']} sizes; the machine is in "
+        f"*Performance* below), Python {rr['python']}: the median of {rr['repeats']} runs "
+        f"of {rr['ops']:,} re-arms each, with their min-max; in a loop, "
+        f"{rr['loop_pending']:,} other handles pending on each; the periodic rows, "
+        f"{p['tasks']:,} tasks every {p['period_s'] * 1e3:g} ms "
+        f"for {p['seconds']:g} s; {load_note('rearm', r)}:"
+    )
+    ratios = [
+        f"{both(v, '.2f')}x with {int(pending):,} pending"
+        for pending, v in rr["reset_vs_cancel_new"].items()
+    ]
+    loop = rr["loop_rearm_ns"]
+    hw, th = (
+        loop["hwtimer call_later + reset()"],
+        loop["asyncio TimerHandle cancel() + call_later()"],
+    )
+    after = para(
+        "A ``reset()`` over a ``cancel()`` + ``new_timeout()``, round by round, median "
+        f"(min-max): {', '.join(ratios)}; in a loop, asyncio's ``cancel()`` + "
+        f"``call_later()`` costs {th['median'] / hw['median']:.0f}x a ``reset()`` at the median."
+    )
+    return lead + "\n\n" + table(["re-arm (ns each)", "median", "min-max"], rows) + "\n\n" + after
+
+
+def block_abi3(a: dict, r: dict) -> str:
+    rows = [
+        [
+            case,
+            both(row["full"]),
+            both(row["abi3"]),
+            f"{both(row['abi3/full'], '.2f')}x",
+            f"{med(a['wall'][case]['abi3/full'], '.2f')}x",
+        ]
+        for case, row in a["cpu"].items()
+    ]
+    z = a["sizes"]
+    lead = para(
+        f"One run of ``benchmarks/run.py`` ({r['config']['size']} sizes: "
+        f"{z['pair']:,} pairs, bursts of {z['burst']:,}, {z['scope']:,} scopes; the "
+        f"machine is in *Performance* below), Python {a['python']}, {a['rounds']} rounds: ns "
+        "per operation by the working thread's CPU time, median (min-max), and the abi3 "
+        "build's figure over the full build's in the same round, by CPU time, and by wall "
+        "clock at the median; "
+        f"{load_note('abi3', r)}:"
+    )
+    header = ["case", "full API", "abi3", "abi3/full", "by wall"]
+    return lead + "\n\n" + table(header, rows)
+
+
 def block_targets(r: dict) -> str | None:
     f = r.get("figures")
     if not f:
@@ -360,6 +452,8 @@ BLOCKS = {
     "producers": (("producers",), block_producers),
     "lateness": (("lateness",), block_lateness),
     "idle": (("idle",), block_idle),
+    "rearm": (("rearm",), block_rearm),
+    "abi3": (("abi3",), block_abi3),
     "targets": ((), block_targets),
 }
 
