@@ -1,0 +1,137 @@
+"""benchmarks/rearm.py and benchmarks/abi3.py through benchmarks/run.py on
+tiny sizes: each gives its figures as summaries of the runs, and
+benchmarks/readme.py writes the README's tables of them.  Nothing here
+asserts speed."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+
+import pytest
+
+CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BENCHMARKS = os.path.join(CHECKOUT, "benchmarks")
+REPEATS = 2
+# abi3.py builds the extension twice (about half a minute of the run)
+MODULES = ["rearm", "abi3"]
+
+pytestmark = [
+    pytest.mark.skipif(
+        not os.path.exists(os.path.join(BENCHMARKS, "run.py")), reason="no benchmarks/ in this tree"
+    ),
+    pytest.mark.skipif("san.so" in os.environ.get("LD_PRELOAD", ""), reason="under a sanitizer"),
+    pytest.mark.skipif(
+        shutil.which((sysconfig.get_config_var("CC") or "cc").split()[0]) is None,
+        reason="abi3.py builds the extension: no C compiler",
+    ),
+]
+
+
+def is_summary(x: object, runs: int = REPEATS) -> bool:
+    return (
+        isinstance(x, dict)
+        and {"median", "min", "max", "runs"} <= x.keys()
+        and len(x["runs"]) == runs
+        and x["min"] <= x["median"] <= x["max"]
+        and x["min"] >= 0
+    )
+
+
+def bench(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    env.pop("PYTHONWARNINGS", None)
+    return subprocess.run(
+        [sys.executable, *args], capture_output=True, text=True, env=env, timeout=timeout
+    )
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str, str]:
+    out = tmp_path_factory.mktemp("bench-modules")
+    args = ["--size", "tiny", "--repeats", str(REPEATS), "--out", str(out)]
+    for name in MODULES:
+        args += ["--module", name]
+    proc = bench(os.path.join(BENCHMARKS, "run.py"), *args, "--only", *MODULES)
+    assert proc.returncode == 0, proc.stderr
+    with open(out / "results.json") as f:
+        return json.load(f), proc.stdout, str(out)
+
+
+def test_run_takes_the_modules_at_their_tiny_sizes(tiny_run: tuple[dict, str, str]) -> None:
+    r, _, _ = tiny_run
+    assert r["config"] == {"size": "tiny", "repeats": REPEATS, "benchmarks": MODULES}
+    assert list(r["results"]) == MODULES
+    for name in MODULES:
+        assert r["load"][name]["other_processes_cores"] >= 0
+    assert r["results"]["rearm"]["ops"] == 2_000
+    assert r["results"]["abi3"]["sizes"] == {"pair": 2_000, "burst": 1_000, "scope": 500}
+
+
+def test_rearm_figures_are_summaries(tiny_run: tuple[dict, str, str]) -> None:
+    r, stdout, _ = tiny_run
+    rearm = r["results"]["rearm"]
+    assert rearm["repeats"] == REPEATS
+    assert list(rearm["rearm_ns"]) == ["100", "1000"]
+    for pending, cases in rearm["rearm_ns"].items():
+        assert list(cases) == ["reset()", "cancel() + new_timeout()"]
+        assert all(is_summary(v) for v in cases.values()), pending
+        assert is_summary(rearm["reset_vs_cancel_new"][pending]), pending
+    loop = rearm["loop_rearm_ns"]
+    want = ["hwtimer call_later + reset()", "asyncio TimerHandle cancel() + call_later()"]
+    if sys.version_info >= (3, 11):
+        want.append("asyncio Timeout.reschedule()")
+    assert list(loop) == want
+    assert all(is_summary(v) for v in loop.values())
+    periodic = rearm["periodic_cpu_ns_per_run"]
+    assert list(periodic) == ["new_periodic()", "task re-arming itself with new_timeout()"]
+    assert all(is_summary(v) for v in periodic.values())
+    assert re.search(r"\n +reset\(\) +[\d,]+ \([\d,]+-[\d,]+\)\n", stdout)
+
+
+def test_abi3_figures_are_summaries_of_both_builds(tiny_run: tuple[dict, str, str]) -> None:
+    r, stdout, _ = tiny_run
+    abi3 = r["results"]["abi3"]
+    assert abi3["rounds"] == REPEATS
+    assert abi3["modules"]["abi3"].endswith(".abi3.so")
+    assert not abi3["modules"]["full"].endswith(".abi3.so")
+    for clock in ("wall", "cpu"):
+        assert list(abi3[clock]) == ["pair", "burst", "loop burst", "scope"]
+        for case, row in abi3[clock].items():
+            for key in ("full", "abi3", "abi3/full"):
+                assert is_summary(row[key]), (clock, case, key)
+            ratios = [a / f for a, f in zip(row["abi3"]["runs"], row["full"]["runs"])]
+            assert row["abi3/full"]["runs"] == pytest.approx(ratios)
+    assert re.search(r"\n +pair +[\d,]+ \([\d,]+-[\d,]+\) +[\d,]+ \(", stdout)
+
+
+def test_readme_tables_come_from_results(tiny_run: tuple[dict, str, str], tmp_path) -> None:
+    r, _, out = tiny_run
+    readme = tmp_path / "README.rst"
+    shutil.copy(os.path.join(CHECKOUT, "README.rst"), readme)
+    generator = os.path.join(BENCHMARKS, "readme.py")
+    args = ["--results", os.path.join(out, "results.json"), "--readme", str(readme)]
+    assert bench(generator, *args, "--check").returncode == 1  # not these figures yet
+    proc = bench(generator, *args)
+    assert proc.returncode == 0, proc.stderr
+    kept = re.search(r"left as they were: (.*)", proc.stderr).group(1).split(", ")
+    assert "rearm" not in kept and "abi3" not in kept and "pair" in kept
+    text = readme.read_text()
+    rearm = text.split(".. figures:begin rearm\n")[1].split(".. figures:end rearm\n")[0]
+    assert f"the median of {REPEATS} runs of 2,000 re-arms each" in " ".join(rearm.split())
+    reset = r["results"]["rearm"]["rearm_ns"]["1000"]["reset()"]
+    assert re.search(
+        rf"``reset\(\)``, 1,000 pending +{reset['median']:,.0f} +{reset['min']:,.0f}-", rearm
+    )
+    abi3 = text.split(".. figures:begin abi3\n")[1].split(".. figures:end abi3\n")[0]
+    assert "(tiny sizes: 2,000 pairs, bursts of 1,000, 500 scopes;" in " ".join(abi3.split())
+    scope = r["results"]["abi3"]["cpu"]["scope"]["abi3"]
+    assert f"{scope['median']:,.0f} ({scope['min']:,.0f}-{scope['max']:,.0f})" in abi3
+    for block in (rearm, abi3):
+        assert "other processes used" in " ".join(block.split())
+    assert bench(generator, *args, "--check").returncode == 0
