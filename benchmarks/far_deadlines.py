@@ -26,6 +26,11 @@ Usage::
     python benchmarks/far_deadlines.py [--quick] [--repeats 3]
         [--baseline DIR | --baseline-rev REV]
 
+``benchmarks/run.py`` runs the ``far`` and ``turns`` scenarios of this
+hwtimer (``run()``), each of its ``--repeats`` rounds in fresh interpreters,
+and prints them beside the single-level wheel's figures, measured once when
+the hierarchical wheel replaced it (``SINGLE_LEVEL``).
+
 ``--baseline DIR`` names a checkout whose extension is built in place;
 ``--baseline-rev REV`` exports git revision REV of this repository to a
 temporary directory and builds it there (``python setup.py build_ext
@@ -150,6 +155,63 @@ def measure_turns(k: int, n: int) -> dict:
 
 
 MEASURES = {"far": measure_far, "pair": measure_pair, "turns": measure_turns}
+
+# run.py's sizes: the `far` counts, the seconds the worker is watched, the
+# turns and how many timeouts fire after each
+SIZES = {
+    "full": {
+        "far": [1_000_000, 5_000_000],
+        "seconds": 3.0,
+        "turns": [1, 10, 1000],
+        "turns_n": 20_000,
+    },
+    "quick": {"far": [100_000, 500_000], "seconds": 2.0, "turns": [1, 10, 100], "turns_n": 2_000},
+    "tiny": {"far": [10_000], "seconds": 0.3, "turns": [1, 10], "turns_n": 200},
+}
+# The single-level wheel, measured once with --baseline-rev 3a23a9c~1 (the
+# revision before the hierarchical wheel) on the machine of the README's
+# figures, 1 ms x 4096, medians of three runs: it is no longer built.
+SINGLE_LEVEL = {
+    "far": {
+        "1000000": {"worker_cpu_pct": 11.2, "wakeups_per_s": 436, "stop_ms": 2700},
+        "5000000": {"worker_cpu_pct": 44.2},
+    },
+    "turns": {"1": 180, "10": 1311, "1000": 78984},
+}
+
+
+def run(cfg: dict) -> dict:
+    """run.py's entry: `repeats` rounds of the far and turns scenarios, each
+    in a fresh interpreter, folded into medians with min-max."""
+    from common import run_child, summarize
+
+    rounds = []
+    for _ in range(cfg["repeats"]):
+        far = {
+            str(n): run_child("far_deadlines", "measure_far", n, cfg["seconds"]) for n in cfg["far"]
+        }
+        turns = {
+            str(k): run_child("far_deadlines", "measure_turns", k, cfg["turns_n"])
+            for k in cfg["turns"]
+        }
+        rounds.append({"far": far, "turns": turns})
+    return summarize(rounds)
+
+
+def report(r: dict) -> list[str]:
+    from common import fmt
+
+    lines = ["timeouts due in about an hour, 1 ms x 4096, while nothing is due:"]
+    for n, f in r["far"].items():
+        lines.append(
+            f"  {int(n):>9,}: worker {fmt(f['worker_cpu_pct'], '.2f')} % of a core,"
+            f" {fmt(f['wakeups_per_s'], ',.1f')} wake-ups/s,"
+            f" {fmt(f['bytes_per_timeout'], '.1f')} bytes each, stop() {fmt(f['stop_ms'])} ms"
+        )
+    lines.append("worker ns per timeout fired after k turns (1 ms x 8):")
+    for k, t in r["turns"].items():
+        lines.append(f"  k = {int(k):>4}: {fmt(t['worker_ns_per_timeout'])}")
+    return lines
 
 
 def _env(path: str | None) -> dict:
