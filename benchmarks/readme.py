@@ -351,6 +351,75 @@ def block_abi3(a: dict, r: dict) -> str:
     return lead + "\n\n" + table(header, rows)
 
 
+def block_far(f: dict, r: dict) -> str:
+    import far_deadlines
+
+    single = far_deadlines.SINGLE_LEVEL
+    far, turns = f["far"], f["turns"]
+    rows = []
+    for n, x in far.items():
+        old = single["far"].get(n, {})
+        what = f"{int(n) / 1e6:g}M an hour away" if int(n) >= 1e6 else f"{int(n):,} an hour away"
+        cpu = old.get("worker_cpu_pct")
+        rows.append(
+            [f"{what}: worker CPU, % of a core", both(x["worker_cpu_pct"], ".2f"),
+             f"{cpu:g}" if cpu is not None else "-"]
+        )  # fmt: skip
+        wake = old.get("wakeups_per_s")
+        rows.append(
+            [f"{what}: wake-ups a second", both(x["wakeups_per_s"], ",.1f"),
+             f"{wake:,}" if wake is not None else "-"]
+        )  # fmt: skip
+        rows.append([f"{what}: bytes per timeout", both(x["bytes_per_timeout"], ".1f"), "-"])
+        stop = old.get("stop_ms")
+        rows.append(
+            [f"{what}: ``stop()``, ms", both(x["stop_ms"]), f"{stop:,}" if stop else "-"]
+        )  # fmt: skip
+    for k, t in turns.items():
+        old = single["turns"].get(k)
+        rows.append(
+            [f"worker ns per timeout, {int(k):,} turn{'s' if int(k) != 1 else ''}",
+             both(t["worker_ns_per_timeout"]),
+             f"{old:,}" if old else "-"]
+        )  # fmt: skip
+    lead = para(
+        f"One run of ``benchmarks/run.py`` ({r['config']['size']} sizes), 1 ms x 4096, "
+        f"{r['config']['repeats']} runs in fresh interpreters, median (min-max); the worker's "
+        "CPU and wake-ups are taken while the timeouts wait, an hour before they are due. "
+        "The single-level wheel the hierarchical one replaced is no longer built: its column "
+        "is its one measurement then (``far_deadlines.py --baseline-rev 3a23a9c~1``, medians "
+        f"of three runs on the same machine); {load_note('far_deadlines', r)}:"
+    )
+    header = ["figure", "hierarchical", "single level (then)"]
+    return lead + "\n\n" + table(header, rows)
+
+
+def block_snapshot(sn: dict, r: dict) -> str:
+    snap, st, stalls = sn["snapshot"], sn["stats"], sn["stalls"]
+    calls = ", ".join(
+        f"``pending_snapshot({k})`` {both(v['median_us'])} us (at most {both(v['max_us'])})"
+        for k, v in snap.items()
+    )
+    idle, spin, back = (
+        stalls["idle"],
+        stalls["busy Python loop"],
+        stalls["snapshots back to back"],
+    )
+    text = (
+        f"Measured by ``benchmarks/snapshot.py`` (one run of ``benchmarks/run.py``, "
+        f"{r['config']['repeats']} runs, each a fresh interpreter; median (min-max) over the "
+        f"runs) with {sn['pending']['median']:,.0f} timeouts pending (1 ms x 4096, due 1 min "
+        f"to 1 h ahead): {calls}; ``stats()`` with the spread {both(st['median_us'])} us (at "
+        f"most {both(st['max_us'])}). The longest ``new_timeout()`` a producer thread saw "
+        f"while another thread took snapshots back to back was "
+        f"{both(back['schedule_max_ms'], ',.1f')} ms, against "
+        f"{both(spin['schedule_max_ms'], ',.1f')} ms while that thread ran a plain busy "
+        f"Python loop and {both(idle['schedule_max_ms'], ',.1f')} ms while it slept "
+        f"({load_note('snapshot', r)})."
+    )
+    return para(text)
+
+
 def block_targets(r: dict) -> str | None:
     f = r.get("figures")
     if not f:
@@ -454,6 +523,8 @@ BLOCKS = {
     "idle": (("idle",), block_idle),
     "rearm": (("rearm",), block_rearm),
     "abi3": (("abi3",), block_abi3),
+    "far": (("far_deadlines",), block_far),
+    "snapshot": (("snapshot",), block_snapshot),
     "targets": ((), block_targets),
 }
 

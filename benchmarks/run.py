@@ -87,6 +87,10 @@ BENCHMARKS = [
     "instructions",
     "idle",
     "bench_asyncio",
+    "rearm",
+    "snapshot",
+    "far_deadlines",
+    "abi3",
 ]
 REPEATS = 5
 # Other processes using more than this many cores on average while a
@@ -325,6 +329,18 @@ COMPARED: dict[str, list[tuple[str, str, str, float]]] = {
         ("snapshot/*_us", "us", LOWER, 1),
         ("stats/*_us", "us", LOWER, 1),
         ("stalls/*_ms", "ms", LOWER, 1),
+    ],
+    "far_deadlines": [
+        ("far/*/worker_cpu_pct", "% of a core", LOWER, 1),
+        ("far/*/wakeups_per_s", "/s", LOWER, 1),
+        ("far/*/bytes_per_timeout", "bytes", LOWER, 1),
+        ("far/*/stop_ms", "ms", LOWER, 1),
+        ("turns/*/worker_ns_per_timeout", "ns", LOWER, 1),
+    ],
+    "rearm": [
+        ("rearm_ns/*/*", "ns", LOWER, 1),
+        ("loop_rearm_ns/hwtimer*", "ns", LOWER, 1),
+        ("periodic_cpu_ns_per_run/*", "CPU ns", LOWER, 1),
     ],
     "bench_asyncio": [
         ("*/hwtimer.*/ns", "ns", LOWER, 1),
@@ -598,7 +614,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
     args.size = size = "quick" if args.quick else args.size
-    names = [n for n in BENCHMARKS + args.module if not args.only or n in args.only]
+    names = [n for n in dict.fromkeys(BENCHMARKS + args.module) if not args.only or n in args.only]
     unknown = set(args.only or []) - set(names)
     if unknown:
         parser.error(f"no benchmark named {', '.join(sorted(unknown))}")

@@ -20,7 +20,18 @@ CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCHMARKS = os.path.join(CHECKOUT, "benchmarks")
 REPEATS = 2
 # callgrind takes most of a minute even on tiny sizes; the rest run here
-ONLY = ["pair", "memory", "growth", "burst", "producers", "lateness", "idle", "bench_asyncio"]
+ONLY = [
+    "pair",
+    "memory",
+    "growth",
+    "burst",
+    "producers",
+    "lateness",
+    "idle",
+    "bench_asyncio",
+    "snapshot",
+    "far_deadlines",
+]
 
 pytestmark = [
     pytest.mark.skipif(
@@ -80,6 +91,11 @@ def test_every_benchmark_gives_repeated_figures(tiny_run: tuple[dict, str, str])
     assert len(res["idle"]["rows"]) == 8
     assert all(is_summary(row["wakeups_per_s"]) for row in res["idle"]["rows"])
     assert is_summary(res["bench_asyncio"]["500"]["hwtimer.timeout"]["ns"])
+    for limit in ("10", "100", "1000"):
+        assert is_summary(res["snapshot"]["snapshot"][limit]["median_us"]), limit
+    assert is_summary(res["snapshot"]["stalls"]["busy Python loop"]["schedule_max_ms"])
+    assert is_summary(res["far_deadlines"]["far"]["10000"]["worker_cpu_pct"])
+    assert is_summary(res["far_deadlines"]["turns"]["10"]["worker_ns_per_timeout"])
     for name in ONLY:
         load = r["load"][name]
         assert load["other_processes_cores"] >= 0 and len(load["load_average_start"]) == 3
@@ -122,6 +138,8 @@ def test_readme_figures_come_from_results(tiny_run: tuple[dict, str, str], tmp_p
     text = readme.read_text()
     assert "**Burst**: 5,000 timeouts due in the same tick" in text
     assert f"Each is the median of {REPEATS} runs" in text
+    assert "10,000 an hour away: worker CPU, % of a core" in text
+    assert re.search(r"with\s+10,000\s+timeouts\s+pending\s+\(1\s+ms\s+x\s+4096", text)
     assert bench(generator, *args, "--check").returncode == 0
 
 
