@@ -191,6 +191,24 @@ def test_pending_far_timeout_sleeps_to_its_tick(make_timer):
     assert worker_switches("hwt-far-test") - before <= 5
 
 
+def test_a_burst_is_in_the_wheel_before_it_falls_due(make_timer):
+    # 20,000 timeouts scheduled at once for 30 s from now: the worker takes
+    # them into the wheel while they are being scheduled, so that fewer than
+    # a wake-up's batch (4096) are left for it to link at the deadline, in
+    # front of the first task.  (A sleeping worker also looks at its queue
+    # once a second; this is sooner.)
+    timer = make_timer(0.001, 4096)
+    n = 20_000
+    for _ in range(n):
+        timer.new_timeout(lambda t: None, 30)
+
+    def in_wheel() -> int:
+        return sum(level["timeouts"] for level in timer.stats()["levels"])
+
+    assert wait_for(lambda: in_wheel() > n - 4096, timeout=0.5)
+    assert timer.stats()["pending"] == n
+
+
 def test_many_far_timeouts_do_not_wake_the_worker(make_timer):
     # 100,000 timeouts one to two hours away, a few a year away and some
     # never, on a 64 ms wheel: they fill every bucket of level 0's turns, so
