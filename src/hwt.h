@@ -319,6 +319,8 @@ struct hwt_sink {
     bool closed;           /* deliveries are released instead */
     bool finished;         /* the timer stopped: nothing more will arrive */
     bool released_waiting; /* hwt_sink_wait returns: released timeouts wait */
+    bool sleeping;         /* its consumer waits in hwt_sink_wait */
+    bool handing_over;     /* the worker waits for what it woke the consumer for */
     /* the worker's own: the batch it is building this tick */
     hwt_timeout *batch_head, *batch_tail;
     hwt_sink *batch_next;

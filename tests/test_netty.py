@@ -317,6 +317,23 @@ def test_fifo_within_a_tick(make_timer) -> None:
     assert order == list(range(n))
 
 
+def test_fifo_within_a_large_tick(make_timer) -> None:
+    # A tick that holds 20,000 due timeouts is handed to the dispatch thread
+    # in slices (a small first one, then larger), the worker waiting for
+    # the sleeping dispatch thread to take the first: each task still runs
+    # once, in scheduling order.
+    timer = make_timer(0.05, 8)
+    order = []
+    n = 20_000
+    timer.start()
+    deadline = time.monotonic() + 0.5
+    for i in range(n):
+        timer.new_timeout(lambda t, i=i: order.append(i), deadline - time.monotonic())
+    assert wait_for(lambda: len(order) == n)
+    assert order == list(range(n))
+    assert timer.stats()["max_expired_per_tick"] == n
+
+
 def test_deadline_tick_order(make_timer) -> None:
     # timeouts due in different ticks run in tick order, whatever the order
     # they were scheduled in

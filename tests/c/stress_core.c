@@ -77,6 +77,7 @@ typedef struct shared {
     _Atomic uint64_t eph_scheduled, eph_rejected; /* the ephemeral sinks' */
     _Atomic(hwt_timeout *) eph_tos;               /* their timeouts, EPHEMERAL_TIMEOUTS */
     uint64_t seed;
+    int64_t burst_at; /* clock time at which the burst items fall due together */
 } shared;
 
 static _Atomic int failures;
@@ -296,6 +297,11 @@ static void *producer(void *arg)
             it->far = true;
             delay = (r >> 8) & 1 ? HWT_NEVER : INT64_C(3600) * 1000000000;
             break;
+        case 4:
+        case 5:
+        case 6: /* due together: a bucket handed over in slices */
+            delay = sh->burst_at - hwt_monotonic_ns(NULL);
+            break;
         case 3: /* a few hundred ticks: across the levels of a small wheel */
             delay = (int64_t)((r >> 8) % (uint64_t)(600 * tick));
             break;
@@ -427,6 +433,9 @@ static void run_round(const round_cfg *cfg, uint64_t seed)
         exit(1);
     }
 
+    /* producers run for tens of ms: most burst items are scheduled before */
+    int64_t lead = 40 * cfg->tick_ns > INT64_C(80000000) ? 40 * cfg->tick_ns : INT64_C(80000000);
+    sh->burst_at = hwt_monotonic_ns(NULL) + lead;
     pthread_t prod[PRODUCERS], cons1, cons2, mon, eph_thread;
     producer_arg pa[PRODUCERS];
     pthread_create(&cons1, NULL, default_consumer, sh);
