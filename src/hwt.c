@@ -477,8 +477,6 @@ static void transfer(hwt_timer *t, size_t limit)
 static void await_handover(hwt_timer *t)
 {
     hwt_sink *s = &t->default_sink;
-    int64_t wait = t->cfg.tick_ns < HANDOVER_WAIT_NS ? t->cfg.tick_ns : HANDOVER_WAIT_NS;
-    int64_t until = hwt_monotonic_ns(NULL) + wait;
     /* the park's handshake: a take from here on ends the wait */
     hwt_park_prepare(&t->park);
     pthread_mutex_lock(&s->lock);
@@ -489,8 +487,9 @@ static void await_handover(hwt_timer *t)
         hwt_park_cancel(&t->park);
         return;
     }
+    int64_t wait = t->cfg.tick_ns < HANDOVER_WAIT_NS ? t->cfg.tick_ns : HANDOVER_WAIT_NS;
     /* a producer's wake ends it early too, which does no harm */
-    hwt_park_until(&t->park, until);
+    hwt_park_until(&t->park, hwt_monotonic_ns(NULL) + wait);
     pthread_mutex_lock(&s->lock);
     s->handing_over = false;
     pthread_mutex_unlock(&s->lock);

@@ -43,6 +43,7 @@
 #define PRODUCERS        4
 #define PER_PRODUCER     2000
 #define NITEMS           (PRODUCERS * PER_PRODUCER)
+#define BURST_LEAD_NS    INT64_C(80000000) /* from a round's start to its burst's deadline */
 #define SETTLE_LIMIT_NS  (INT64_C(60) * 1000000000) /* generous: TSan is slow */
 #define WATCHDOG_SECONDS 300
 
@@ -297,13 +298,13 @@ static void *producer(void *arg)
             it->far = true;
             delay = (r >> 8) & 1 ? HWT_NEVER : INT64_C(3600) * 1000000000;
             break;
+        case 3: /* a few hundred ticks: across the levels of a small wheel */
+            delay = (int64_t)((r >> 8) % (uint64_t)(600 * tick));
+            break;
         case 4:
         case 5:
         case 6: /* due together: a bucket handed over in slices */
             delay = sh->burst_at - hwt_monotonic_ns(NULL);
-            break;
-        case 3: /* a few hundred ticks: across the levels of a small wheel */
-            delay = (int64_t)((r >> 8) % (uint64_t)(600 * tick));
             break;
         default: /* within a few dozen ticks */
             delay = (int64_t)((r >> 8) % (uint64_t)(40 * tick));
@@ -434,8 +435,7 @@ static void run_round(const round_cfg *cfg, uint64_t seed)
     }
 
     /* producers run for tens of ms: most burst items are scheduled before */
-    int64_t lead = 40 * cfg->tick_ns > INT64_C(80000000) ? 40 * cfg->tick_ns : INT64_C(80000000);
-    sh->burst_at = hwt_monotonic_ns(NULL) + lead;
+    sh->burst_at = hwt_monotonic_ns(NULL) + BURST_LEAD_NS;
     pthread_t prod[PRODUCERS], cons1, cons2, mon, eph_thread;
     producer_arg pa[PRODUCERS];
     pthread_create(&cons1, NULL, default_consumer, sh);
