@@ -321,8 +321,11 @@ def test_fifo_within_a_large_tick(make_timer) -> None:
     # A tick that holds 20,000 due timeouts is handed to the dispatch thread
     # in slices (a small first one, then larger), the worker waiting for
     # the sleeping dispatch thread to take the first: each task still runs
-    # once, in scheduling order.
-    timer = make_timer(0.05, 8)
+    # once, in scheduling order.  Every deadline lies in the first 1 s tick
+    # even when the loop below is held up on a busy machine: with a 50 ms
+    # tick, one timeout whose delay was computed more than 45 ms before the
+    # timer read its clock fell due a tick later and ran last.
+    timer = make_timer(1.0, 8)
     order = []
     n = 20_000
     timer.start()
