@@ -21,6 +21,7 @@
 #include "hwt_sys.h"
 #include "wheel.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <limits.h>
 #include <signal.h>
@@ -50,6 +51,12 @@ enum { CANCEL_WAKE_NONE = 0, CANCEL_WAKE_AT_BATCH = 1, CANCEL_WAKE_AT_FIRST = 2 
    this (65536 of them took 2 ms). */
 #define TRANSFER_WAKE_BATCH 4096
 
+/* The worker takes new timeouts out of the QUEUED state this many at a
+   time under the cancel lock (a reset of a queued one writes its deadline
+   under that lock), so that cancels wait for it a few microseconds at
+   most. */
+#define TRANSFER_CHUNK 256
+
 /* A bucket with many due timeouts is handed over in slices of this many,
    so that consumers run the first while the worker walks the rest; the
    first slice is smaller, so that the first task starts after a walk of a
@@ -74,7 +81,6 @@ enum { CANCEL_WAKE_NONE = 0, CANCEL_WAKE_AT_BATCH = 1, CANCEL_WAKE_AT_FIRST = 2 
 
 /* timeout->flags: bits 0-5 (HWT_PERIODIC, bit 1, in hwt.h); the wheel keeps
    the rest (HWT_WHEEL_FLAGS_MASK, HWT_WHEEL_INDEX_MASK) */
-#define CANCEL_SEEN  1u /* the worker's: its cancel was processed before it left the queue */
 #define MISSED_SHIFT 4  /* a periodic's HWT_MISSED_* policy, set at schedule */
 #define MISSED_MASK  0x30u
 
@@ -97,6 +103,9 @@ struct hwt_timer {
        the worker writes. */
     _Alignas(64) _Atomic(hwt_timeout *) new_head;
     _Atomic uint64_t scheduled, rejected;
+    /* cancelled while QUEUED, by any thread (fetch_add): a cancel right
+       after its schedule finds this line where the schedule left it */
+    _Atomic uint64_t cancelled_queued;
 
     /* Read by producers, written by the worker when it sleeps or wakes:
        producers wake it for a deadline below wake_limit. */
@@ -368,31 +377,25 @@ static inline void count(_Atomic uint64_t *counter, uint64_t n)
                           memory_order_release);
 }
 
-/* A timeout still waiting in the queue is not in a bucket yet: it is only
-   marked, and the transfer that would link it releases it instead. */
+/* Only a timeout on the wheel has a cancel entry: one cancelled while
+   QUEUED has none, and its transfer releases it. */
 static void process_cancel(hwt_timer *t, hwt_timeout *to)
 {
-    if (hwt_wheel_linked(to)) {
-        hwt_wheel_unlink(&t->wheel, to);
-        release_cancelled(t, to);
-    } else {
-        to->flags |= CANCEL_SEEN; /* still queued: transfer releases it */
-    }
+    assert(hwt_wheel_linked(to));
+    hwt_wheel_unlink(&t->wheel, to);
+    release_cancelled(t, to);
 }
 
 /* Relinks a reset timeout at its new deadline.  Under cancel_lock, so that
    no reset moves the deadline between the read and the relink.  One that
-   was cancelled since has its own cancel entry; one not yet in a bucket is
-   put where its deadline says when it is transferred. */
+   was cancelled since has its own cancel entry. */
 static void process_reset(hwt_timer *t, hwt_timeout *to)
 {
     uint32_t expect = HWT_RESET;
     if (atomic_load_explicit(&to->state, memory_order_relaxed) != HWT_RESET)
         return;
-    if (hwt_wheel_linked(to)) {
-        hwt_wheel_unlink(&t->wheel, to);
-        hwt_wheel_insert(&t->wheel, to);
-    }
+    hwt_wheel_unlink(&t->wheel, to);
+    hwt_wheel_insert(&t->wheel, to);
     atomic_compare_exchange_strong(&to->state, &expect, HWT_INIT);
 }
 
@@ -455,20 +458,31 @@ static hwt_timeout *pop_xfer(hwt_timer *t)
     return to;
 }
 
+/* Takes `to` out of the QUEUED state: links it into its bucket, or
+   releases it if a cancel came first.  Called with cancel_lock held, so
+   that the deadline read is the last a reset wrote while it was QUEUED,
+   and a reset or cancel from here on queues an entry for the wheel. */
+static void take_into_wheel(hwt_timer *t, hwt_timeout *to)
+{
+    uint32_t expect = HWT_QUEUED;
+    if (atomic_compare_exchange_strong(&to->state, &expect, HWT_INIT))
+        hwt_wheel_insert(&t->wheel, to);
+    else /* cancelled while queued, counted by its cancel */
+        release_cancelled(t, to);
+}
+
 /* Moves at most `limit` queued timeouts into their buckets. */
 static void transfer(hwt_timer *t, size_t limit)
 {
     take_new(t, NULL);
-    for (size_t i = 0; i < limit; i++) {
-        hwt_timeout *to = pop_xfer(t);
-        if (!to)
-            break;
+    while (limit && t->xfer_head) {
+        size_t n = limit < TRANSFER_CHUNK ? limit : TRANSFER_CHUNK;
+        limit -= n;
         t->did_work = true;
-        if (to->flags & CANCEL_SEEN) {
-            release_cancelled(t, to);
-            continue;
-        }
-        hwt_wheel_insert(&t->wheel, to);
+        pthread_mutex_lock(&t->cancel_lock);
+        for (hwt_timeout *to; n-- && (to = pop_xfer(t));)
+            take_into_wheel(t, to);
+        pthread_mutex_unlock(&t->cancel_lock);
     }
 }
 
@@ -823,6 +837,7 @@ static int64_t pending_of(hwt_timer *t, uint64_t scheduled)
 {
     uint64_t done = atomic_load_explicit(&t->expired, memory_order_acquire) +
                     atomic_load_explicit(&t->cancelled, memory_order_acquire) +
+                    atomic_load_explicit(&t->cancelled_queued, memory_order_acquire) +
                     atomic_load(&t->expired_out) + atomic_load(&t->cancelled_out);
     if (!scheduled)
         scheduled = atomic_load_explicit(&t->scheduled, memory_order_relaxed);
@@ -855,8 +870,8 @@ static int schedule(hwt_timer *t, hwt_timeout *to, int64_t delay_ns, uint32_t fl
     atomic_store_explicit(&to->deadline, deadline, memory_order_relaxed);
     to->flags = flags;
     to->link.prev = NULL;
-    /* release: a cancel or reset that sees INIT sees the fields above */
-    atomic_store_explicit(&to->state, HWT_INIT, memory_order_release);
+    /* release: a cancel or reset that sees QUEUED sees the fields above */
+    atomic_store_explicit(&to->state, HWT_QUEUED, memory_order_release);
     if (t->state != T_STARTED || t->orphaned)
         return HWT_ESTOPPED;
     uint64_t scheduled = atomic_fetch_add_explicit(&t->scheduled, 1, memory_order_relaxed) + 1;
@@ -919,11 +934,32 @@ static uint32_t cancel_live(hwt_timeout *to)
     return s;
 }
 
+/* After a cancel made the `queued`th entry (a cancel of a QUEUED one
+   counts as the first): wakes a sleeping worker that asked for it. */
+static void wake_for_cancels(hwt_timer *t, size_t queued)
+{
+    if (queued == 1 || queued == CANCEL_WAKE_BATCH) {
+        int when = atomic_load_explicit(&t->cancel_wake, memory_order_relaxed);
+        if ((queued == 1 ? when == CANCEL_WAKE_AT_FIRST : when != CANCEL_WAKE_NONE) &&
+            atomic_exchange(&t->cancel_wake, CANCEL_WAKE_NONE) != CANCEL_WAKE_NONE)
+            wake_worker(t);
+    }
+}
+
 int hwt_timeout_cancel(hwt_timeout *to)
 {
     hwt_timer *t = to->sink->timer;
-    if (is_final(atomic_load_explicit(&to->state, memory_order_relaxed)))
+    uint32_t s = atomic_load_explicit(&to->state, memory_order_relaxed);
+    if (is_final(s))
         return HWT_EFINAL;
+    /* Not taken by the worker yet: the state is all there is to change, and
+       the transfer (or stop()) releases it.  The request-timeout pattern,
+       a cancel soon after the schedule, mostly ends here. */
+    if (s == HWT_QUEUED && atomic_compare_exchange_strong(&to->state, &s, HWT_CANCELLED)) {
+        atomic_fetch_add_explicit(&t->cancelled_queued, 1, memory_order_release);
+        wake_for_cancels(t, 1);
+        return HWT_OK;
+    }
     pthread_mutex_lock(&t->cancel_lock);
     /* room first: once cancelled, it must be queued */
     if (!cancel_room(t)) {
@@ -941,22 +977,19 @@ int hwt_timeout_cancel(hwt_timeout *to)
        run is counted by its re-arm. */
     if (was != HWT_RUNNING && was != HWT_RUNNING_RESET)
         count(&t->cancelled, 1);
-    if (t->cancel_closed || was == HWT_RUNNING || was == HWT_RUNNING_RESET) {
+    if (t->cancel_closed || was == HWT_RUNNING || was == HWT_RUNNING_RESET || was == HWT_QUEUED) {
         /* Stopped: stop()'s sweep finds it cancelled and releases it.  Or
            off the wheel in its run: its re-arm finds it cancelled, and
-           counts it. */
+           counts it.  Or queued (a periodic one re-armed since the load
+           above): its transfer releases it. */
         pthread_mutex_unlock(&t->cancel_lock);
+        wake_for_cancels(t, was == HWT_QUEUED);
         return HWT_OK;
     }
     size_t queued = ++t->ncancels;
     t->cancels[queued - 1] = to;
     pthread_mutex_unlock(&t->cancel_lock);
-    if (queued == 1 || queued == CANCEL_WAKE_BATCH) {
-        int when = atomic_load_explicit(&t->cancel_wake, memory_order_relaxed);
-        if ((queued == 1 ? when == CANCEL_WAKE_AT_FIRST : when != CANCEL_WAKE_NONE) &&
-            atomic_exchange(&t->cancel_wake, CANCEL_WAKE_NONE) != CANCEL_WAKE_NONE)
-            wake_worker(t);
-    }
+    wake_for_cancels(t, queued);
     return HWT_OK;
 }
 
@@ -984,6 +1017,9 @@ static int reset_locked(hwt_timer *t, hwt_timeout *to, int64_t deadline)
     for (;;) {
         uint32_t next;
         switch (s) {
+        case HWT_QUEUED: /* the worker reads the deadline under this lock */
+            set_deadline(to, deadline);
+            return HWT_OK;
         case HWT_INIT: /* on the wheel: the worker relinks it */
             next = HWT_RESET;
             break;
@@ -1087,7 +1123,7 @@ int hwt_timeout_rearm(hwt_timeout *to, int64_t period_ns, int64_t start, int64_t
            has set cancel_closed, so it is open, and stop() will sweep it */
         next = hwt_timeout_deadline(to); /* once pushed, it is the worker's */
         to->link.prev = NULL;
-        atomic_store(&to->state, HWT_INIT);
+        atomic_store(&to->state, HWT_QUEUED);
         push_new(t, to);
     }
     pthread_mutex_unlock(&t->cancel_lock);
@@ -1117,8 +1153,9 @@ void hwt_timer_stats(hwt_timer *t, hwt_stats *out)
 {
     out->expired =
         atomic_load_explicit(&t->expired, memory_order_acquire) + atomic_load(&t->expired_out);
-    out->cancelled =
-        atomic_load_explicit(&t->cancelled, memory_order_acquire) + atomic_load(&t->cancelled_out);
+    out->cancelled = atomic_load_explicit(&t->cancelled, memory_order_acquire) +
+                     atomic_load_explicit(&t->cancelled_queued, memory_order_acquire) +
+                     atomic_load(&t->cancelled_out);
     out->scheduled = atomic_load_explicit(&t->scheduled, memory_order_relaxed);
     out->pending = out->scheduled > out->expired + out->cancelled
                        ? (int64_t)(out->scheduled - out->expired - out->cancelled)
@@ -1178,7 +1215,7 @@ static void soon_sift_down(soon *v, size_t n, size_t i)
 static void soon_offer(soon_heap *h, hwt_timeout *to, uint64_t order, bool reset)
 {
     uint32_t s = atomic_load_explicit(&to->state, memory_order_acquire);
-    if (!(s == HWT_INIT || (reset && s == HWT_RESET)) || !h->limit || h->err)
+    if (!(s == HWT_INIT || s == HWT_QUEUED || (reset && s == HWT_RESET)) || !h->limit || h->err)
         return;
     soon e = {hwt_timeout_deadline(to), order, to};
     if (h->n == h->limit) {
@@ -1273,11 +1310,12 @@ int hwt_timer_soonest(hwt_timer *t, size_t limit, hwt_visit_fn fn, void *ctx, si
 
 /* ---- stop ---- */
 
-/* Takes a timeout still held at stop: an unprocessed one is cancelled and
-   returned; one a late cancel() got first is released. */
-static void take_at_stop(hwt_timer *t, hwt_timeout *to, hwt_timeout **out_tail)
+/* Takes a timeout still held at stop, in state `held` (QUEUED or INIT):
+   an unprocessed one is cancelled and returned; one a late cancel() got
+   first is released. */
+static void take_at_stop(hwt_timer *t, hwt_timeout *to, uint32_t held, hwt_timeout **out_tail)
 {
-    uint32_t expect = HWT_INIT;
+    uint32_t expect = held;
     bool mine = atomic_compare_exchange_strong(&to->state, &expect, HWT_CANCELLED);
     if (!mine) { /* counted by its cancel() */
         release_cancelled(t, to);
@@ -1328,15 +1366,11 @@ hwt_timeout *hwt_timer_stop(hwt_timer *t)
     take_new(t, CLOSED);
 
     hwt_timeout out_head = {0}, *out_tail = &out_head;
-    for (hwt_timeout *to; (to = pop_xfer(t));) {
-        if (to->flags & CANCEL_SEEN)
-            release_cancelled(t, to);
-        else
-            take_at_stop(t, to, &out_tail);
-    }
+    for (hwt_timeout *to; (to = pop_xfer(t));)
+        take_at_stop(t, to, HWT_QUEUED, &out_tail);
     for (hwt_timeout *to = hwt_wheel_drain(&t->wheel), *next; to; to = next) {
         next = hwt_timeout_of(to->link.next);
-        take_at_stop(t, to, &out_tail);
+        take_at_stop(t, to, HWT_INIT, &out_tail);
     }
     uint64_t returned = 0;
     for (hwt_timeout *to = hwt_timeout_of(out_head.link.next); to;

@@ -57,17 +57,22 @@ typedef struct hwt_link {
 } hwt_link;
 
 /* States, changed only by CAS (those of a pending timeout under the
-   timer's cancel lock as well), so that cancel, reset and expiry exclude
-   each other.  CANCELLED and EXPIRED are final.
-     INIT     on the wheel (or queued for it)
+   timer's cancel lock as well, but for a cancel of a QUEUED one), so that
+   cancel, reset and expiry exclude each other.  CANCELLED and EXPIRED are
+   final.
+     QUEUED   scheduled, not yet taken into the wheel by the worker: a
+              cancel then needs no queue entry (the transfer releases it),
+              and a reset only moves its deadline
+     INIT     on the wheel
      RESET    on the wheel, a reset queued for the worker to relink it;
               never expired in this state, so never at the old deadline
      RUNNING  periodic: delivered, its run about to start or going; off the
               wheel until hwt_timeout_rearm() puts it back
      RUNNING_RESET  the same, with a reset already fixing the next deadline
-   INIT -> RESET -> INIT (the worker), INIT -> EXPIRED (one-shot expiry),
-   INIT -> RUNNING -> INIT (periodic expiry, then re-arm), any but EXPIRED ->
-   CANCELLED, RUNNING -> EXPIRED (the run ended it). */
+   QUEUED -> INIT (the worker's transfer), INIT -> RESET -> INIT (the
+   worker), INIT -> EXPIRED (one-shot expiry), INIT -> RUNNING -> QUEUED
+   (periodic expiry, then re-arm), any but EXPIRED -> CANCELLED, RUNNING ->
+   EXPIRED (the run ended it). */
 enum {
     HWT_INIT = 0,
     HWT_CANCELLED = 1,
@@ -75,6 +80,7 @@ enum {
     HWT_RESET = 3,
     HWT_RUNNING = 4,
     HWT_RUNNING_RESET = 5,
+    HWT_QUEUED = 6,
 };
 
 /* What a periodic timeout does with runs it missed (its `flags`). */
@@ -91,7 +97,7 @@ typedef struct hwt_timeout {
     /* ns since the timer's start; HWT_NEVER saturates.  Written by
        schedule, reset and re-arm, read by the worker: use the accessor. */
     _Atomic int64_t deadline;
-    _Atomic uint32_t state; /* HWT_INIT ... HWT_RUNNING_RESET */
+    _Atomic uint32_t state; /* HWT_INIT ... HWT_QUEUED */
     /* bits 0-5 hwt.c's (HWT_PERIODIC, the worker's, a periodic's policy),
        6-31 the wheel's (wheel.h); rewritten by the worker while it links
        the timeout, so read HWT_PERIODIC only through the accessor below */
@@ -257,8 +263,9 @@ uint32_t hwt_timeout_finish(hwt_timeout *to, uint32_t final);
 /* Returns an HWT_* code or an errno value: HWT_OK if this call cancelled
    `to`, HWT_EFINAL if it had expired or been cancelled already, ENOMEM if
    the cancel could not be queued (nothing changed either way).  The
-   worker unlinks it at its next tick and hands it back through
-   hwt_timer_take_released(). */
+   worker unlinks it at its next tick (or, if it was still QUEUED, drops it
+   when it transfers) and hands it back through hwt_timer_take_released().
+   A QUEUED one is cancelled without the cancel lock. */
 int hwt_timeout_cancel(hwt_timeout *to);
 
 int64_t hwt_timer_pending(hwt_timer *t);

@@ -677,6 +677,25 @@ def test_reset_moves_the_deadline_on_the_manual_clock(manual: ManualTimer) -> No
     assert timeout.reset(1) is False  # it has run
 
 
+def test_reset_and_cancel_before_the_timer_takes_the_timeout(manual: ManualTimer) -> None:
+    # No advance since they were scheduled: the timer has not moved them
+    # into its wheel yet, and a reset or cancel acts on them there.
+    task = Recorder(manual)
+    sooner = manual.new_timeout(task, 10)
+    later = manual.new_timeout(task, 1)
+    gone = manual.new_timeout(task, 1)
+    assert sooner.reset(2) is True
+    assert later.reset(5) is True
+    assert gone.reset(3) is True
+    assert gone.cancel() is True
+    assert gone.reset(4) is False
+    assert manual.pending_timeouts() == 2
+    manual.advance(10)
+    assert task.times == [2.001, 5.001]
+    assert task.calls == [sooner, later]
+    assert manual.stats()["cancelled"] == 1
+
+
 def test_a_task_resetting_another_within_one_advance(manual: ManualTimer) -> None:
     watched = Recorder(manual)
     timeout = manual.new_timeout(watched, 1)
