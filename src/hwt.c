@@ -115,6 +115,9 @@ struct hwt_timer {
     hwt_park park;                     /* where the worker sleeps */
     _Atomic bool stopping;
     _Atomic bool released_ready; /* `released` holds timeouts to release */
+    /* bumped by a thread other than the worker that moved timeouts into the
+       wheel (a snapshot): a worker about to sleep on an older plan wakes */
+    _Atomic uint64_t outside_transfers;
 
     _Alignas(64) pthread_mutex_t cancel_lock;
     hwt_timeout **cancels; /* owned, under cancel_lock */
@@ -133,6 +136,7 @@ struct hwt_timer {
     hwt_sink *batch_sinks;              /* sinks with a batch this tick */
     bool did_work;                      /* the last run_due() did something */
     int64_t cancel_armed_at;            /* when the first cancel last could wake it */
+    uint64_t transfers_seen;            /* outside_transfers as its last run_due() saw it */
     /* written by the worker only (release), read by stats() (acquire) */
     _Atomic uint64_t expired, ticks, wakeups, max_expired;
     _Atomic int64_t tick_seen;
@@ -266,13 +270,23 @@ static void wake_worker(hwt_timer *t)
     hwt_park_wake(&t->park);
 }
 
+/* Writes the queue or batch link of a timeout that may have been on top
+   of the producers' stack.  Relaxed atomic, as take_back_newest() reads it:
+   a cancel that saw the timeout on top may read its link late, after the
+   worker took the stack, and then fails its compare-and-swap and drops
+   what it read; the write and the read must still not race. */
+static inline void set_next(hwt_timeout *to, hwt_link *next)
+{
+    __atomic_store_n(&to->link.next, next, __ATOMIC_RELAXED);
+}
+
 /* ---- delivery to sinks (worker side) ---- */
 
 static void deliver(hwt_timer *t, hwt_timeout *to, hwt_sink *s)
 {
-    to->link.next = NULL;
+    set_next(to, NULL);
     if (s->batch_tail)
-        s->batch_tail->link.next = &to->link;
+        set_next(s->batch_tail, &to->link);
     else
         s->batch_head = to;
     s->batch_tail = to;
@@ -298,7 +312,7 @@ static hwt_timeout *publish_batch(hwt_sink *s)
     }
     bool was_empty = s->head == NULL;
     if (s->tail)
-        s->tail->link.next = &batch->link;
+        set_next(s->tail, &batch->link);
     else
         s->head = batch;
     s->tail = last;
@@ -331,7 +345,7 @@ static void publish_released(hwt_timer *t)
     r->batch_head = r->batch_tail = NULL;
     pthread_mutex_lock(&r->lock);
     if (r->tail)
-        r->tail->link.next = &batch->link;
+        set_next(r->tail, &batch->link);
     else
         r->head = batch;
     r->tail = last;
@@ -433,14 +447,14 @@ static void take_new(hwt_timer *t, hwt_timeout *replacement)
     hwt_timeout *fifo = NULL, *last = stack;
     while (stack) {
         hwt_timeout *n = hwt_timeout_of(stack->link.next);
-        stack->link.next = (hwt_link *)fifo;
+        set_next(stack, (hwt_link *)fifo);
         fifo = stack;
         stack = n;
     }
     if (!fifo)
         return;
     if (t->xfer_tail)
-        t->xfer_tail->link.next = &fifo->link;
+        set_next(t->xfer_tail, &fifo->link);
     else
         t->xfer_head = fifo;
     t->xfer_tail = last;
@@ -453,7 +467,7 @@ static hwt_timeout *pop_xfer(hwt_timer *t)
         t->xfer_head = hwt_timeout_of(to->link.next);
         if (!t->xfer_head)
             t->xfer_tail = NULL;
-        to->link.next = NULL;
+        set_next(to, NULL);
     }
     return to;
 }
@@ -568,6 +582,7 @@ static int64_t run_due(hwt_timer *t, int64_t now)
 {
     int64_t due = last_ended_tick(t, now);
     t->did_work = false;
+    t->transfers_seen = atomic_load(&t->outside_transfers);
     for (;;) {
         process_cancels(t);
         transfer(t, MAX_TRANSFER_PER_TICK);
@@ -639,6 +654,7 @@ static void sleep_until_tick(hwt_timer *t, int64_t target)
     /* Dekker with the producers: they push, then read wake_limit (or
        cancel_wake). */
     if (atomic_load(&t->new_head) != NULL || atomic_load(&t->stopping) ||
+        atomic_load(&t->outside_transfers) != t->transfers_seen ||
         (cancel_wake == CANCEL_WAKE_AT_FIRST && cancels_queued(t))) {
         hwt_park_cancel(&t->park);
         atomic_store(&t->wake_limit, -1);
@@ -946,7 +962,27 @@ static void wake_for_cancels(hwt_timer *t, size_t queued)
     }
 }
 
-int hwt_timeout_cancel(hwt_timeout *to)
+/* Takes `to`, just cancelled while QUEUED, back off the producers' stack
+   if it is still on top: nobody has pushed since and the worker has not
+   taken the stack.  `to` cannot be pushed again meanwhile (it is CANCELLED
+   and its owner holds it), and only the worker, once it has taken the
+   stack, writes the links of what was on it; so while the top is `to`,
+   to->link.next is what lies below it, and the compare-and-swap cannot
+   succeed on a stale one. */
+static bool take_back_newest(hwt_timer *t, hwt_timeout *to)
+{
+    hwt_timeout *head = atomic_load_explicit(&t->new_head, memory_order_acquire);
+    if (head != to)
+        return false;
+    /* the worker may be rewriting it, having just taken the stack; then
+       the CAS below fails and what was read does not matter */
+    hwt_link *below = __atomic_load_n(&to->link.next, __ATOMIC_RELAXED);
+    return atomic_compare_exchange_strong(&t->new_head, &head, hwt_timeout_of(below));
+}
+
+/* hwt_timeout_cancel(), and with `take` the take-back of
+   hwt_timeout_cancel_take(). */
+static int cancel(hwt_timeout *to, bool take)
 {
     hwt_timer *t = to->sink->timer;
     uint32_t s = atomic_load_explicit(&to->state, memory_order_relaxed);
@@ -957,6 +993,8 @@ int hwt_timeout_cancel(hwt_timeout *to)
        a cancel soon after the schedule, mostly ends here. */
     if (s == HWT_QUEUED && atomic_compare_exchange_strong(&to->state, &s, HWT_CANCELLED)) {
         atomic_fetch_add_explicit(&t->cancelled_queued, 1, memory_order_release);
+        if (take && take_back_newest(t, to))
+            return HWT_TAKEN;
         wake_for_cancels(t, 1);
         return HWT_OK;
     }
@@ -991,6 +1029,16 @@ int hwt_timeout_cancel(hwt_timeout *to)
     pthread_mutex_unlock(&t->cancel_lock);
     wake_for_cancels(t, queued);
     return HWT_OK;
+}
+
+int hwt_timeout_cancel(hwt_timeout *to)
+{
+    return cancel(to, false);
+}
+
+int hwt_timeout_cancel_take(hwt_timeout *to)
+{
+    return cancel(to, true);
 }
 
 /* ---- re-arming: reset and periodic timeouts ---- */
@@ -1215,7 +1263,7 @@ static void soon_sift_down(soon *v, size_t n, size_t i)
 static void soon_offer(soon_heap *h, hwt_timeout *to, uint64_t order, bool reset)
 {
     uint32_t s = atomic_load_explicit(&to->state, memory_order_acquire);
-    if (!(s == HWT_INIT || s == HWT_QUEUED || (reset && s == HWT_RESET)) || !h->limit || h->err)
+    if (!(s == HWT_INIT || (reset && s == HWT_RESET)) || !h->limit || h->err)
         return;
     soon e = {hwt_timeout_deadline(to), order, to};
     if (h->n == h->limit) {
@@ -1259,11 +1307,25 @@ static bool soon_visit(void *ctx, hwt_timeout *to)
     return true;
 }
 
-/* Offers what waits to be moved into the wheel, in the order the worker
-   will link it: reset ones still in the wheel (a moment under the cancel
-   lock), the worker's list, then the producers' stack (newest first, so
-   numbered backwards). */
-static void soon_offer_queued(hwt_timer *t, soon_heap *h)
+/* Does what the worker's next tick would begin with, the queued resets
+   and cancels, then the transfer of what waits in the producers' queue,
+   so that the walk finds every pending timeout in the wheel: the queue
+   itself cannot be walked while a cancel may take its newest timeout back.
+   A worker that planned its sleep before this is woken to plan again.
+   Called with t->lock held. */
+static void transfer_for_walk(hwt_timer *t)
+{
+    if (atomic_load(&t->new_head) == NULL && !t->xfer_head && !cancels_queued(t))
+        return;
+    process_cancels(t);
+    transfer(t, SIZE_MAX);
+    atomic_fetch_add(&t->outside_transfers, 1);
+    wake_worker(t);
+}
+
+/* Offers the timeouts reset since transfer_for_walk() (a moment under the
+   cancel lock): they are not where their deadline says. */
+static void soon_offer_reset(hwt_timer *t, soon_heap *h)
 {
     pthread_mutex_lock(&t->cancel_lock);
     for (size_t i = 0; i < t->ncancels; i++) {
@@ -1272,16 +1334,6 @@ static void soon_offer_queued(hwt_timer *t, soon_heap *h)
             soon_offer(h, to, h->order++, true);
     }
     pthread_mutex_unlock(&t->cancel_lock);
-    for (hwt_timeout *to = t->xfer_head; to; to = hwt_timeout_of(to->link.next))
-        soon_offer(h, to, h->order++, true);
-    hwt_timeout *stack = atomic_load_explicit(&t->new_head, memory_order_acquire);
-    if (stack == CLOSED)
-        return;
-    uint64_t n = 0;
-    for (hwt_timeout *to = stack; to; to = hwt_timeout_of(to->link.next))
-        n++;
-    for (hwt_timeout *to = stack; to; to = hwt_timeout_of(to->link.next))
-        soon_offer(h, to, h->order + --n, true);
 }
 
 int hwt_timer_soonest(hwt_timer *t, size_t limit, hwt_visit_fn fn, void *ctx, size_t *found)
@@ -1289,8 +1341,10 @@ int hwt_timer_soonest(hwt_timer *t, size_t limit, hwt_visit_fn fn, void *ctx, si
     soon_heap h = {.limit = limit};
     *found = 0;
     pthread_mutex_lock(&t->lock);
+    if (t->state == T_STARTED)
+        transfer_for_walk(t);
     hwt_wheel_visit(&t->wheel, soon_visit, &h);
-    soon_offer_queued(t, &h);
+    soon_offer_reset(t, &h);
     if (!h.err) {
         /* heap sort: the largest goes last */
         for (size_t n = h.n; n > 1; n--) {

@@ -174,6 +174,7 @@ enum {
     HWT_ECANCELLED = -3, /* cancelled during its run */
     HWT_EAGAIN = -4,     /* a periodic's next run is due now */
     HWT_EFINAL = -5,     /* it had expired or been cancelled already: nothing changed */
+    HWT_TAKEN = -6,      /* cancelled and taken back at once: the caller's now */
 };
 
 /* Sets *rounded to the wheel size for n buckets: n rounded up to a power
@@ -267,6 +268,13 @@ uint32_t hwt_timeout_finish(hwt_timeout *to, uint32_t final);
    when it transfers) and hands it back through hwt_timer_take_released().
    A QUEUED one is cancelled without the cancel lock. */
 int hwt_timeout_cancel(hwt_timeout *to);
+
+/* As hwt_timeout_cancel(), and when `to` is still the newest timeout
+   queued (a cancel right after its schedule, nothing pushed since), takes
+   it back off the queue: then returns HWT_TAKEN, and `to` is the caller's
+   at once, as if hwt_timer_take_released() had returned it; the worker
+   never sees it. */
+int hwt_timeout_cancel_take(hwt_timeout *to);
 
 int64_t hwt_timer_pending(hwt_timer *t);
 void hwt_timer_stats(hwt_timer *t, hwt_stats *out);

@@ -112,7 +112,17 @@ double hwtimer_deadline_seconds(TimeoutObject *to)
 static PyObject *timeout_cancel(TimeoutObject *self, PyObject *unused)
 {
     (void)unused;
-    int r = hwt_timeout_cancel(&self->node);
+    int r = hwt_timeout_cancel_take(&self->node);
+    if (r == HWT_TAKEN) {
+        /* Back before the worker saw it: the wheel's reference is released
+           here, as hwtimer_release_chain() would.  The caller's keeps it
+           alive through this call, so it is tracked: whoever holds it now
+           may hold it in a cycle. */
+        if (!PyObject_GC_IsTracked((PyObject *)self))
+            PyObject_GC_Track((PyObject *)self);
+        Py_DECREF(self);
+        Py_RETURN_TRUE;
+    }
     if (r != HWT_OK && r != HWT_EFINAL) {
         hwtimer_core_error(TIMER_OF(self), r, "cancel a timeout");
         return NULL;

@@ -677,6 +677,43 @@ def test_reset_moves_the_deadline_on_the_manual_clock(manual: ManualTimer) -> No
     assert timeout.reset(1) is False  # it has run
 
 
+def test_a_timeout_cancelled_right_after_its_schedule_is_let_go_at_once(
+    manual: ManualTimer,
+) -> None:
+    # Nothing scheduled since, and no advance: the cancel takes it straight
+    # back, so its task is released without waiting for the timer's tick.
+    class Task:
+        def __call__(self, timeout: Timeout) -> None:
+            pass
+
+    task = Task()
+    ref = weakref.ref(task)
+    assert manual.new_timeout(task, 60).cancel() is True
+    del task
+    assert ref() is None
+    assert manual.pending_timeouts() == 0
+    assert manual.stats()["cancelled"] == 1
+
+
+def test_a_timeout_taken_back_by_its_cancel_can_still_be_collected_in_a_cycle(
+    manual: ManualTimer,
+) -> None:
+    # The holder keeps its timeout and the timeout its task, the holder: a
+    # cycle only the GC can free, which it can once the timer has let go.
+    class Holder:
+        def __call__(self, timeout: Timeout) -> None:
+            pass
+
+    holder = Holder()
+    holder.timeout = manual.new_timeout(holder, 60)  # type: ignore[attr-defined]
+    assert holder.timeout.cancel() is True  # type: ignore[attr-defined]
+    assert gc.is_tracked(holder.timeout)  # type: ignore[attr-defined]
+    ref = weakref.ref(holder)
+    del holder
+    gc.collect()
+    assert ref() is None
+
+
 def test_reset_and_cancel_before_the_timer_takes_the_timeout(manual: ManualTimer) -> None:
     # No advance since they were scheduled: the timer has not moved them
     # into its wheel yet, and a reset or cancel acts on them there.

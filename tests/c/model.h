@@ -530,8 +530,19 @@ static void m_op_cancel(m_run *r)
         m_trace(r, "cancel: item %u never scheduled", it->id);
         return;
     }
-    int rc = hwt_timeout_cancel(&it->to);
-    m_trace(r, "cancel item %u (model %d) -> %d", it->id, it->where, rc);
+    /* the take-back, too: the newest queued comes back at once */
+    bool take = m_below(r->src, 2);
+    int rc = take ? hwt_timeout_cancel_take(&it->to) : hwt_timeout_cancel(&it->to);
+    m_trace(r, "cancel%s item %u (model %d) -> %d", take ? "_take" : "", it->id, it->where, rc);
+    if (rc == HWT_TAKEN) {
+        M_CHECK(r, take && it->where == M_LIVE && !it->transferred,
+                "cancel of item %u (model state %d, transferred %d) took it back", it->id,
+                it->where, it->transferred);
+        it->where = M_FREE; /* never delivered, nor returned by stop */
+        r->cancelled++;
+        r->pending--;
+        return;
+    }
     int expect = it->where == M_LIVE ? HWT_OK : HWT_EFINAL;
     M_CHECK(r, rc == expect, "cancel of item %u (model state %d) returned %d, expected %d", it->id,
             it->where, rc, expect);
@@ -921,6 +932,16 @@ static void m_op_soonest(m_run *r)
 {
     size_t limit = (size_t)m_below(r->src, r->nitems + 2), found = 0;
     r->nscratch = 0;
+    /* the core first processes the cancels and links what is waiting, as
+       an advance does: cancelled items leave the wheel */
+    for (size_t i = 0; i < r->nitems; i++) {
+        m_item *it = r->items[i];
+        if (it->where == M_CANCELLED) {
+            it->transferred = false;
+            it->relink = 0;
+        }
+    }
+    m_link_waiting(r);
     int rc = hwt_timer_soonest(r->t, limit, m_collect, r, &found);
     m_trace(r, "soonest %zu -> %d, %zu found", limit, rc, found);
     M_CHECK(r, rc == 0 && found == r->nscratch, "soonest returned %d, found %zu, visited %zu", rc,

@@ -154,6 +154,25 @@ static void consume(shared *sh, hwt_timeout *to, bool second)
     atomic_fetch_add(&sh->consumed, 1);
 }
 
+/* Cancels `v` by hwt_timeout_cancel(), or with `take` by
+   hwt_timeout_cancel_take(): one taken back is this thread's at once, and
+   counts as delivered, cancelled. */
+static void cancel_item(item *v, bool take)
+{
+    int rc = take ? hwt_timeout_cancel_take(&v->to) : hwt_timeout_cancel(&v->to);
+    if (rc == HWT_TAKEN) {
+        if (atomic_load(&v->to.state) != HWT_CANCELLED)
+            fail("item taken back in state %u", atomic_load(&v->to.state));
+        atomic_store(&v->seen_state, HWT_CANCELLED);
+        if (atomic_fetch_add(&v->delivered, 1) != 0)
+            fail("an item taken back was delivered too");
+    }
+    if (rc == HWT_OK || rc == HWT_TAKEN)
+        atomic_fetch_add(&v->cancel_wins, 1);
+    else if (rc != HWT_EFINAL)
+        fail("cancel returned %d", rc);
+}
+
 static void consume_list(shared *sh, hwt_timeout *list, bool second)
 {
     while (list) {
@@ -316,17 +335,16 @@ static void *producer(void *arg)
             atomic_store_explicit(&sh->published[idx], it, memory_order_release);
         else if (it->sched_rc == HWT_EREJECTED && sh->cfg.max_pending <= 0)
             fail("schedule rejected without a max_pending");
+        /* cancel one's own at once, now and then, as a request that is
+           answered quickly does: it may be taken back off the queue */
+        if (it->sched_rc == HWT_OK && (r >> 32) % 10 == 0)
+            cancel_item(it, true);
         /* cancel someone's timeout, now and then */
         if ((r >> 48) % 10 < 3) {
             size_t victim = (size_t)(next_rand(&rng) % NITEMS);
             item *v = atomic_load_explicit(&sh->published[victim], memory_order_acquire);
-            if (v) {
-                int rc = hwt_timeout_cancel(&v->to);
-                if (rc == HWT_OK)
-                    atomic_fetch_add(&v->cancel_wins, 1);
-                else if (rc != HWT_EFINAL)
-                    fail("cancel returned %d", rc);
-            }
+            if (v)
+                cancel_item(v, (r >> 56) & 1);
         }
         /* pace: a producer runs for tens of ms, so stop() lands mid-stream */
         if (i % 16 == 15)
