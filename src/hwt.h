@@ -293,9 +293,12 @@ typedef void (*hwt_visit_fn)(void *ctx, hwt_timeout *to);
    the wheel and not included), and calls
    fn for each in deadline order, ties in scheduling order; sets *found to
    how many.  It holds the wheel, not the producers' queues: schedule and
-   cancel go on meanwhile, the worker waits.  The walk stops at the first
-   bucket that completes `limit`, so it costs the timeouts due up to there
-   plus those queued, whatever the pending count.  While fn runs each
+   cancel go on meanwhile, the worker waits.  It first does the worker's
+   part of its next tick that comes before expiry (queued cancels and
+   resets, the transfer of new timeouts into the wheel), then walks the
+   wheel, and stops at the first bucket that completes `limit`, so it
+   costs the timeouts due up to there plus those queued, whatever the
+   pending count.  While fn runs each
    timeout it is given is alive (the worker cannot release it), but it may
    be cancelled or expire the moment this returns: fn takes what it keeps
    (a reference) and must not call stop or advance.  Returns 0, or an
