@@ -298,10 +298,10 @@ typedef void (*hwt_visit_fn)(void *ctx, hwt_timeout *to);
    resets, the transfer of new timeouts into the wheel), then walks the
    wheel, and stops at the first bucket that completes `limit`, so it
    costs the timeouts due up to there plus those queued, whatever the
-   pending count.  While fn runs each
-   timeout it is given is alive (the worker cannot release it), but it may
-   be cancelled or expire the moment this returns: fn takes what it keeps
-   (a reference) and must not call stop or advance.  Returns 0, or an
+   pending count.  While fn runs each timeout it is given is alive (the
+   worker cannot release it), but it may be cancelled or expire the moment
+   this returns: fn takes what it keeps (a reference) and must not call
+   stop or advance.  Returns 0, or an
    errno value, ENOMEM (nothing was visited). */
 int hwt_timer_soonest(hwt_timer *t, size_t limit, hwt_visit_fn fn, void *ctx, size_t *found);
 

@@ -115,12 +115,10 @@ static PyObject *timeout_cancel(TimeoutObject *self, PyObject *unused)
     int r = hwt_timeout_cancel_take(&self->node);
     if (r == HWT_TAKEN) {
         /* Back before the worker saw it: the wheel's reference is released
-           here, as hwtimer_release_chain() would.  The caller's keeps it
-           alive through this call, so it is tracked: whoever holds it now
-           may hold it in a cycle. */
-        if (!PyObject_GC_IsTracked((PyObject *)self))
-            PyObject_GC_Track((PyObject *)self);
-        Py_DECREF(self);
+           here, as hwtimer_release_chain() releases one the worker handed
+           back (tracked, since the caller holds it too).  The caller's
+           reference keeps it alive through this call. */
+        Py_DECREF(hwtimer_timeout_from_node(&self->node));
         Py_RETURN_TRUE;
     }
     if (r != HWT_OK && r != HWT_EFINAL) {

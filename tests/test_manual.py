@@ -682,11 +682,7 @@ def test_a_timeout_cancelled_right_after_its_schedule_is_let_go_at_once(
 ) -> None:
     # Nothing scheduled since, and no advance: the cancel takes it straight
     # back, so its task is released without waiting for the timer's tick.
-    class Task:
-        def __call__(self, timeout: Timeout) -> None:
-            pass
-
-    task = Task()
+    task = Recorder(manual)
     ref = weakref.ref(task)
     assert manual.new_timeout(task, 60).cancel() is True
     del task
@@ -700,11 +696,7 @@ def test_a_timeout_taken_back_by_its_cancel_can_still_be_collected_in_a_cycle(
 ) -> None:
     # The holder keeps its timeout and the timeout its task, the holder: a
     # cycle only the GC can free, which it can once the timer has let go.
-    class Holder:
-        def __call__(self, timeout: Timeout) -> None:
-            pass
-
-    holder = Holder()
+    holder = Recorder(manual)
     holder.timeout = manual.new_timeout(holder, 60)  # type: ignore[attr-defined]
     assert holder.timeout.cancel() is True  # type: ignore[attr-defined]
     assert gc.is_tracked(holder.timeout)  # type: ignore[attr-defined]
