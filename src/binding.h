@@ -288,6 +288,10 @@ static inline int64_t hwtimer_timeout_period(TimeoutObject *to)
 /* common.c */
 /* The timer whose task runs on this thread now, for stop()'s check. */
 extern _Thread_local TimerObject *hwtimer_current_task_timer;
+/* Its address on this thread.  A function apart, so that a loop which
+   takes it once keeps it: the compiler would redo the thread-local lookup
+   (a call, in a shared object) at every use. */
+TimerObject **hwtimer_current_task_slot(void);
 hwtimer_state *hwtimer_state_of_type(PyTypeObject *tp);
 /* Parses seconds (int, float, timedelta, or anything with __float__) into
    ns, saturating at HWT_NEVER.  Returns 0, or -1 with TypeError/ValueError. */
@@ -374,7 +378,11 @@ int hwtimer_timeout_submit(TimerObject *timer, PyObject *obj, int64_t delay_ns, 
    that reference goes, so a burst costs the collector nothing.  Called
    when the wheel gives a timeout back, and again after its task ran, which
    may have kept it. */
-void hwtimer_timeout_track_if_held(TimeoutObject *to);
+static inline void hwtimer_timeout_track_if_held(TimeoutObject *to)
+{
+    if (Py_REFCNT(to) > 1 && !PyObject_GC_IsTracked((PyObject *)to))
+        PyObject_GC_Track((PyObject *)to);
+}
 /* Hands back the wheel's reference to a timeout the core returned, tracked
    if something else holds it (above), and returns it (a new reference, the
    wheel's). */

@@ -12,6 +12,11 @@
 
 _Thread_local TimerObject *hwtimer_current_task_timer;
 
+TimerObject **hwtimer_current_task_slot(void)
+{
+    return &hwtimer_current_task_timer;
+}
+
 hwtimer_state *hwtimer_state_of_type(PyTypeObject *tp)
 {
     /* A Python subclass (hwtimer.testing.ManualTimer) has no module of its

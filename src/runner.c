@@ -5,18 +5,26 @@
  */
 #include "binding.h"
 
+/* Calls a new_timeout() or new_periodic() task, with `current` (this
+   thread's hwtimer_current_task_timer) naming its timer meanwhile.
+   Returns 0, or -1 with the exception it raised. */
+static inline int call_task(TimerObject *timer, TimeoutObject *to, TimerObject **current)
+{
+    TimerObject *outer = *current;
+    *current = timer;
+    PyObject *r = PyObject_CallOneArg(to->task, (PyObject *)to);
+    *current = outer;
+    Py_XDECREF(r);
+    return r ? 0 : -1;
+}
+
 /* Calls the task once: task(timeout), or a call_later callback in its
    context.  Returns 0, or -1 with the exception it raised. */
 static int call_once(TimerObject *timer, TimeoutObject *to)
 {
     if (Py_TYPE(to) == timer->module_state->loop_timeout_type)
         return hwtimer_loop_call((LoopTimeoutObject *)to);
-    TimerObject *outer = hwtimer_current_task_timer;
-    hwtimer_current_task_timer = timer;
-    PyObject *r = PyObject_CallOneArg(to->task, (PyObject *)to);
-    hwtimer_current_task_timer = outer;
-    Py_XDECREF(r);
-    return r ? 0 : -1;
+    return call_task(timer, to, &hwtimer_current_task_timer);
 }
 
 /* _submitted(timeout, future): the done-callback of a submitted task's
@@ -193,20 +201,50 @@ void hwtimer_dispatch_timeout(TimerObject *timer, TimeoutObject *to, hwtimer_bat
     hwtimer_run_timeout(timer, to, batch);
 }
 
+/* CPython's GC header before each object: two pointers.  Only a prefetch
+   hint depends on it. */
+#define GC_HEADER (2 * sizeof(void *))
+
+/* Starts loading the Timeout two places after the one about to run, which
+   the loop reaches through the links in one: a burst's Timeouts are cold,
+   and a task is long enough to hide the wait for one. */
+static inline void prefetch_after(hwt_timeout *next)
+{
+    if (next && next->link.next) {
+        char *p = (char *)TIMEOUT_OF(hwt_timeout_of(next->link.next));
+        /* the 80 bytes from its GC header: two lines at most */
+        __builtin_prefetch(p - GC_HEADER, 1);
+        __builtin_prefetch(p - GC_HEADER + 64, 1);
+    }
+}
+
 void hwtimer_run_batch(hwt_sink *default_sink, hwt_timeout *node)
 {
     hwtimer_batch batch = HWTIMER_BATCH_INIT;
+    TimerObject **current = hwtimer_current_task_slot();
     while (node) {
         hwt_timeout *next = hwt_timeout_of(node->link.next);
-        TimeoutObject *to = (TimeoutObject *)hwtimer_timeout_from_node(node);
+        prefetch_after(next);
+        TimeoutObject *to = TIMEOUT_OF(node);
         /* only delivered new_timeout() and new_periodic() timeouts come
            here: cancelled ones and call_later() ones are released elsewhere */
         if (node->sink == default_sink &&
             (atomic_load(&node->state) == HWT_EXPIRED || hwt_timeout_periodic(node))) {
+            TimerObject *timer = TIMER_OF(to);
             batch.last = !next;
-            hwtimer_dispatch_timeout(TIMER_OF(to), to, &batch);
-            hwtimer_timeout_track_if_held(to);
+            if (!timer->executor && !times_next(&batch, node)) {
+                /* a burst's common case: hwtimer_run_timeout()'s untimed
+                   run, without its calls and checks */
+                batch.ran++;
+                batch.now = HWTIMER_UNREAD;
+                hwt_timer_record_untimed(timer->core);
+                if (call_task(timer, to, current) < 0)
+                    report_failure(timer, to);
+            } else {
+                hwtimer_dispatch_timeout(timer, to, &batch);
+            }
         }
+        hwtimer_timeout_track_if_held(to);
         Py_DECREF(to); /* the wheel's reference: may free the timer too */
         node = next;
     }

@@ -75,12 +75,6 @@ int hwtimer_timeout_submit(TimerObject *timer, PyObject *obj, int64_t delay_ns, 
     return hwtimer_core_error(timer, r, "schedule a timeout");
 }
 
-void hwtimer_timeout_track_if_held(TimeoutObject *to)
-{
-    if (Py_REFCNT(to) > 1 && !PyObject_GC_IsTracked((PyObject *)to))
-        PyObject_GC_Track((PyObject *)to);
-}
-
 PyObject *hwtimer_timeout_from_node(hwt_timeout *node)
 {
     TimeoutObject *to = TIMEOUT_OF(node);

@@ -248,6 +248,39 @@ def test_a_large_batch_times_its_first_64_tasks_then_one_in_64_and_its_last(
     assert stats["late_p50"] == stats["late_max"] == pytest.approx(0.0005)
 
 
+def test_the_untimed_tasks_of_a_large_batch_fail_refuse_and_keep_as_the_timed_ones(
+    manual: ManualTimer, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Past the 64th task of a batch, most run untimed, by a shorter path:
+    # the same errors, the same refusal inside a task, the same cycle safety.
+    n = 200
+    refused: list[int] = []
+    kept: list[Timeout] = []
+
+    def task(timeout: Timeout) -> None:
+        i = len(kept)
+        kept.append(timeout)  # held past the run: a cycle through `kept` is possible
+        if i % 3 == 0:
+            try:
+                manual.advance(1)
+            except RuntimeError as e:
+                if "from a task" in str(e):
+                    refused.append(i)
+        if i % 2:
+            raise ValueError(i)
+
+    for _ in range(n):
+        manual.new_timeout(task, 0.0105)
+    with caplog.at_level(logging.WARNING, logger="hwtimer"):
+        assert manual.advance(0.012) == n
+    assert manual.stats()["untimed_tasks"] > 0
+    assert refused == list(range(0, n, 3))
+    assert sorted(e.args[0] for e in manual.task_errors) == list(range(1, n, 2))
+    assert manual.stats()["task_errors"] == n // 2
+    assert sum(1 for r in caplog.records if r.exc_info) == n // 2
+    assert all(gc.is_tracked(t) for t in kept)
+
+
 def test_huge_delays_never_fire(manual: ManualTimer) -> None:
     task = Recorder(manual)
     a = manual.new_timeout(task, float("inf"))
