@@ -151,7 +151,9 @@ def block_floors(p: dict, b: dict, r: dict) -> str | None:
         f"from the deadline to the last callback "
         f"{med(bf['hwtimer deadline-to-last rate / limit'], '.2f')}x. The first callback "
         f"started {both(first, '.1f')} ms after the deadline (target: within one tick, "
-        f"{r['machine']['hwtimer_config']['tick_duration'] * 1e3:g} ms, at the median)."
+        f"{r['machine']['hwtimer_config']['tick_duration'] * 1e3:g} ms, at the median; each "
+        "round's deadline falls at a random point of a tick, and a tick's timeouts run at "
+        "its end)."
     )
     return para(pair, "  ") + "\n" + para(burst, "  ")
 
