@@ -15,10 +15,8 @@ import sys
 import sysconfig
 
 import pytest
+from benchsupport import BENCHMARKS, CHECKOUT, REPEATS, SKIPS, bench, is_summary
 
-CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BENCHMARKS = os.path.join(CHECKOUT, "benchmarks")
-REPEATS = 2
 # callgrind takes most of a minute even on tiny sizes; the rest run here
 ONLY = [
     "pair",
@@ -33,31 +31,7 @@ ONLY = [
     "far_deadlines",
 ]
 
-pytestmark = [
-    pytest.mark.skipif(
-        not os.path.exists(os.path.join(BENCHMARKS, "run.py")), reason="no benchmarks/ in this tree"
-    ),
-    # scripts/sanitize.sh: minutes of benchmarks whose figures mean nothing
-    # there, over calls the rest of the suite makes already
-    pytest.mark.skipif("san.so" in os.environ.get("LD_PRELOAD", ""), reason="under a sanitizer"),
-]
-
-
-def is_summary(x: object, runs: int = REPEATS) -> bool:
-    return (
-        isinstance(x, dict)
-        and {"median", "min", "max", "runs"} <= x.keys()
-        and len(x["runs"]) == runs
-        and x["min"] <= x["median"] <= x["max"]
-    )
-
-
-def bench(*args: str, timeout: float = 300, **env_vars: str) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, **env_vars)
-    env.pop("PYTHONWARNINGS", None)
-    return subprocess.run(
-        [sys.executable, *args], capture_output=True, text=True, env=env, timeout=timeout
-    )
+pytestmark = SKIPS
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,44 @@
+"""What the tests of benchmarks/ share: where the benchmarks are, how many
+runs the tests ask for, how to run a benchmark script, and the shape of a
+repeated figure."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BENCHMARKS = os.path.join(CHECKOUT, "benchmarks")
+REPEATS = 2
+
+SKIPS = [
+    pytest.mark.skipif(
+        not os.path.exists(os.path.join(BENCHMARKS, "run.py")), reason="no benchmarks/ in this tree"
+    ),
+    # scripts/sanitize.sh: minutes of benchmarks whose figures mean nothing
+    # there, over calls the rest of the suite makes already
+    pytest.mark.skipif("san.so" in os.environ.get("LD_PRELOAD", ""), reason="under a sanitizer"),
+]
+
+
+def is_summary(x: object, runs: int = REPEATS, nonnegative: bool = False) -> bool:
+    """Whether x is a figure measured `runs` times: median, min, max, runs."""
+    return (
+        isinstance(x, dict)
+        and {"median", "min", "max", "runs"} <= x.keys()
+        and len(x["runs"]) == runs
+        and x["min"] <= x["median"] <= x["max"]
+        and (not nonnegative or x["min"] >= 0)
+    )
+
+
+def bench(*args: str, timeout: float = 600, **env_vars: str) -> subprocess.CompletedProcess[str]:
+    """Runs a benchmark script with this interpreter, its output captured."""
+    env = dict(os.environ, **env_vars)
+    env.pop("PYTHONWARNINGS", None)
+    return subprocess.run(
+        [sys.executable, *args], capture_output=True, text=True, env=env, timeout=timeout
+    )
