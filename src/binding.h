@@ -412,16 +412,10 @@ int hwtimer_loop_call(LoopTimeoutObject *to);
 int hwtimer_loop_report(LoopTimeoutObject *to);
 
 /* runner.c */
-/* Expired timeouts run one after another on one thread: each task begins
-   when the one before it ends, so the clock read at one's end is the next
-   one's start.  A batch reads it around each of its first
-   HWTIMER_TIMED_FIRST tasks, then around one in HWTIMER_TIMED_EVERY, its
-   last, and every periodic one (whose re-arm needs both ends); the others
-   run untimed, counted by stats()'s untimed_tasks, so that a burst of
-   short tasks does not pay a clock read each. */
-#define HWTIMER_TIMED_FIRST 64
-#define HWTIMER_TIMED_EVERY 64
-#define HWTIMER_UNREAD      INT64_MIN
+/* Expired timeouts run one after another on one thread, as a batch: the
+   clock read at one task's end is the next one's start, and the runner
+   times only some of them (runner.c says which). */
+#define HWTIMER_UNREAD INT64_MIN
 typedef struct {
     int64_t now;  /* when the task before ended, or HWTIMER_UNREAD */
     uint64_t ran; /* tasks begun */
