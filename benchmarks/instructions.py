@@ -2,6 +2,13 @@
 threads), the figure that stays put on a busy machine: a run of N pairs
 minus a run of none, each under callgrind in a fresh process.  It is the
 same from run to run, so it is measured once, whatever ``--repeats`` says.
+The floor extension's pair (``floor.c``, the essential work) is counted
+the same way where it can be built.
+
+The burst's count per callback: the dispatch thread's instructions for a
+burst of N timeouts due in one tick, less its count with none, over N;
+against the floor's C call-and-free loop, its ``burst()`` with all it
+calls, over N.
 """
 
 from __future__ import annotations
@@ -11,20 +18,29 @@ import re
 import shutil
 import subprocess
 import tempfile
+import threading
+import time
 
 from common import child_command, child_env, new_hwtimer, new_loop, pair_hwtimer, pair_loop
 
+FLOOR = "floor: essential work"
 SIZES = {
-    "full": {"n": {"hwtimer": 50_000, "asyncio": 20_000}},
-    "quick": {"n": {"hwtimer": 10_000, "asyncio": 3_000}},
-    "tiny": {"n": {"hwtimer": 1_000, "asyncio": 300}},
+    "full": {"n": {"hwtimer": 50_000, "asyncio": 20_000, FLOOR: 50_000}, "burst": 50_000},
+    "quick": {"n": {"hwtimer": 10_000, "asyncio": 3_000, FLOOR: 10_000}, "burst": 10_000},
+    "tiny": {"n": {"hwtimer": 1_000, "asyncio": 300, FLOOR: 1_000}, "burst": 1_000},
 }
-IMPLS = ("hwtimer", "asyncio")
+BURST_FLOOR = "floor: C call-and-free loop"
 
 
 def child(impl: str, n: int) -> dict:
     """Does 1000 warm-up pairs, then n: run under callgrind with n and 0."""
-    if impl == "hwtimer":
+    if impl == FLOOR:
+        import floor
+
+        run = pair_hwtimer(floor.load())
+        run(1000)
+        run(n)
+    elif impl == "hwtimer":
         timer = new_hwtimer()
         run = pair_hwtimer(timer)
         run(1000)
@@ -39,21 +55,92 @@ def child(impl: str, n: int) -> dict:
     return {}
 
 
-def callgrind_total(impl: str, n: int, outdir: str) -> tuple[int, str]:
-    out_file = os.path.join(outdir, f"callgrind.{impl}.{n}")
+def burst_child(impl: str, n: int) -> dict:
+    """A burst of n timeouts due in one tick, or the floor's loop over n."""
+    import burst
+
+    task, _ = burst.counter(n, lambda: None)
+    if impl == BURST_FLOOR:
+        import floor
+
+        ext = floor.load()
+        ext.burst(task, ext.make_args(n))
+        return {}
+    timer = new_hwtimer()
+    timer.start()
+    done = threading.Event()
+    task, _ = burst.counter(n, done.set)
+    # callgrind runs this tens of times slower: room for the schedules
+    target = time.monotonic() + 1.0 + n * 2e-4
+    new_timeout, mono = timer.new_timeout, time.monotonic
+    for _ in range(n):
+        new_timeout(task, target - mono())
+    if n and not done.wait(600):
+        raise RuntimeError("burst did not finish")
+    timer.stop()
+    return {}
+
+
+def callgrind(function: str, impl: str, n: int, outdir: str, *options: str) -> tuple[str, str]:
+    """Runs instructions.function(impl, n) under callgrind; returns its
+    output file (the first of them with --separate-threads) and stderr."""
+    out_file = os.path.join(outdir, f"callgrind.{function}.{impl.split(':')[0]}.{n}")
     cmd = [
         "valgrind",
         "--tool=callgrind",
         f"--callgrind-out-file={out_file}",
-        *child_command("instructions", "child", impl, n),
+        *options,
+        *child_command("instructions", function, impl, n),
     ]
     env = child_env()
     env["PYTHONHASHSEED"] = "0"
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
-    m = re.search(r"Collected\s*:\s*(\d+)", proc.stderr)
-    if proc.returncode != 0 or not m:
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
+    if proc.returncode != 0 or "Collected" not in proc.stderr:
         raise RuntimeError(f"callgrind failed: {proc.stderr[-2000:]}")
-    return int(m.group(1)), out_file
+    return out_file, proc.stderr
+
+
+def callgrind_total(impl: str, n: int, outdir: str) -> tuple[int, str]:
+    out_file, err = callgrind("child", impl, n, outdir)
+    return int(re.search(r"Collected\s*:\s*(\d+)", err).group(1)), out_file
+
+
+def dispatch_thread_total(n: int, outdir: str) -> int:
+    """The instructions of the dispatch thread of a burst of n."""
+    out_file, _ = callgrind("burst_child", "hwtimer", n, outdir, "--separate-threads=yes")
+    for name in sorted(os.listdir(outdir)):
+        path = os.path.join(outdir, name)
+        if not name.startswith(os.path.basename(out_file) + "-"):
+            continue
+        with open(path) as f:
+            text = f.read()
+        if "dispatch_run" in text:
+            return int(re.search(r"^summary:\s*(\d+)", text, re.M).group(1))
+    raise RuntimeError("no dispatch thread in callgrind's output")
+
+
+def inclusive_count(out_file: str, function: str) -> int:
+    """callgrind_annotate's inclusive instruction count of `function`."""
+    cmd = ["callgrind_annotate", "--inclusive=yes", "--auto=no", "--threshold=100", out_file]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    for line in proc.stdout.splitlines():
+        m = re.match(r"^\s*([\d,]+) \(\s*[\d.]+%\)\s+(\S+)", line)
+        if m and m.group(2).endswith(":" + function) and "floor.c" in m.group(2):
+            return int(m.group(1).replace(",", ""))
+    raise RuntimeError(f"no {function} in callgrind's output")
+
+
+def burst_counts(n: int, outdir: str, with_floor: bool) -> dict:
+    """Instructions per callback of a burst of n: hwtimer's dispatch thread
+    and, where it builds, the floor's loop."""
+    out = {"n": n}
+    if n:
+        per = (dispatch_thread_total(n, outdir) - dispatch_thread_total(0, outdir)) / n
+        out["hwtimer"] = per
+    if with_floor and shutil.which("callgrind_annotate"):
+        out_file, _ = callgrind("burst_child", BURST_FLOOR, n, outdir)
+        out[BURST_FLOOR] = inclusive_count(out_file, "burst") / n
+    return out
 
 
 def function_counts(out_file: str) -> dict[str, int]:
@@ -80,12 +167,23 @@ def per_pair_profile(base_file: str, out_file: str, n: int, limit: int = 15) -> 
     return [[k, round(v, 1)] for k, v in top]
 
 
+def impls() -> tuple[str, ...]:
+    """hwtimer and asyncio, and the floor where it can be built."""
+    import floor
+
+    try:
+        floor.build()
+    except (RuntimeError, OSError):
+        return ("hwtimer", "asyncio")
+    return ("hwtimer", "asyncio", FLOOR)
+
+
 def run(cfg: dict) -> dict:
     if not shutil.which("valgrind"):
         return {"skipped": "valgrind not found"}
     out = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for impl in IMPLS:
+        for impl in impls():
             n = cfg["n"][impl]
             base, base_file = callgrind_total(impl, 0, tmp)
             total, out_file = callgrind_total(impl, n, tmp)
@@ -94,6 +192,7 @@ def run(cfg: dict) -> dict:
                 "n": n,
                 "functions_per_pair": per_pair_profile(base_file, out_file, n),
             }
+        out["burst"] = burst_counts(cfg["burst"], tmp, FLOOR in out)
     return out
 
 
@@ -105,7 +204,22 @@ def report(r: dict) -> list[str]:
         return lines + [f"skipped: {r['skipped']}"]
     base = r["asyncio"]["instructions_per_pair"]
     for k, v in r.items():
+        if k == "burst":
+            continue
         x = v["instructions_per_pair"]
         vs = f"{base / x:>8.1f}x fewer than asyncio" if k != "asyncio" else ""
-        lines.append(f"{k:<12}{x:>10,.0f}{vs}")
+        lines.append(f"{k:<24}{x:>10,.0f}{vs}")
+    if FLOOR in r:
+        ratio = r["hwtimer"]["instructions_per_pair"] / r[FLOOR]["instructions_per_pair"]
+        lines.append(f"hwtimer / floor: {ratio:.2f}x the essential work's instructions")
+    b = r.get("burst", {})
+    if "hwtimer" in b:
+        lines.append(
+            f"burst of {b['n']:,}, per callback: hwtimer's dispatch thread {b['hwtimer']:,.0f}"
+        )
+    if "hwtimer" in b and BURST_FLOOR in b:
+        ratio = b["hwtimer"] / b[BURST_FLOOR]
+        lines.append(
+            f"  the floor's C loop {b[BURST_FLOOR]:,.0f}: hwtimer {ratio:.2f}x its instructions"
+        )
     return lines

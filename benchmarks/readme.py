@@ -120,6 +120,18 @@ def block_instructions(ins: dict, r: dict) -> str | None:
         f"N pairs minus a run of none): hwtimer {h:,.0f} per pair, asyncio {a:,.0f}, "
         f"{a / h:.1f}x fewer."
     )
+    floor = ins.get("floor: essential work")
+    if floor:
+        f = floor["instructions_per_pair"]
+        text += f" The floor's essential work (below) takes {f:,.0f}: hwtimer {h / f:.2f}x."
+    b = ins.get("burst", {})
+    loop = b.get("floor: C call-and-free loop")
+    if "hwtimer" in b and loop:
+        text += (
+            f" A callback of a burst of {b['n']:,} costs the dispatch thread "
+            f"{b['hwtimer']:,.0f} instructions, the floor's C loop {loop:,.0f}: "
+            f"{b['hwtimer'] / loop:.2f}x its instructions (the wall-clock ratio is below)."
+        )
     p = r["results"].get("pair")  # the wall-clock ratio beside it, when measured
     if p:
         x = p["vs_asyncio"]["hwtimer"]

@@ -1,0 +1,47 @@
+"""benchmarks/instructions.py on tiny sizes, where valgrind is installed:
+callgrind's counts for a pair and for a burst's callback, hwtimer's and the
+floor's, and the README sentence made of them.  Nothing here asserts speed
+or a count's size: only that each is counted and reported."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import pytest
+from benchsupport import BENCHMARKS, CHECKOUT, SKIPS, bench
+
+pytestmark = [
+    *SKIPS,
+    pytest.mark.skipif(shutil.which("valgrind") is None, reason="no valgrind"),
+    pytest.mark.skipif(shutil.which("callgrind_annotate") is None, reason="no callgrind_annotate"),
+]
+
+FLOOR = "floor: essential work"
+BURST_FLOOR = "floor: C call-and-free loop"
+
+
+def test_pair_and_burst_are_counted_for_hwtimer_and_the_floor(tmp_path) -> None:
+    out = tmp_path / "out"
+    args = ["--size", "tiny", "--repeats", "1", "--out", str(out), "--only", "instructions"]
+    proc = bench(os.path.join(BENCHMARKS, "run.py"), *args)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ins = json.loads((out / "results.json").read_text())["results"]["instructions"]
+    for impl in ("hwtimer", "asyncio", FLOOR):
+        assert ins[impl]["instructions_per_pair"] > 0, impl
+        assert ins[impl]["functions_per_pair"], impl
+    burst = ins["burst"]
+    assert burst["n"] == 1_000
+    assert burst["hwtimer"] > 0 and burst[BURST_FLOOR] > 0
+    assert "hwtimer / floor:" in proc.stdout
+    assert "per callback: hwtimer's dispatch thread" in proc.stdout
+
+    readme = tmp_path / "README.rst"
+    shutil.copy(os.path.join(CHECKOUT, "README.rst"), readme)
+    generator = os.path.join(BENCHMARKS, "readme.py")
+    gen = bench(generator, "--results", str(out / "results.json"), "--readme", str(readme))
+    assert gen.returncode == 0, gen.stderr[-3000:]
+    text = " ".join(readme.read_text().split())
+    assert f"takes {ins[FLOOR]['instructions_per_pair']:,.0f}: hwtimer" in text
+    assert f"A callback of a burst of {burst['n']:,} costs the dispatch thread" in text
