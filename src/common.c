@@ -168,6 +168,9 @@ int hwtimer_core_error(TimerObject *timer, int err, const char *what)
         PyErr_Format(timer->module_state->rejected_error,
                      "cannot %s: the timer holds max_pending_timeouts (%lld) pending timeouts",
                      what, (long long)timer->max_pending);
+    } else if (err == HWT_ESTOPPED && timer && hwt_timer_orphaned(timer->core)) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "this timer was started before fork(): create a new timer in the child");
     } else if (err == HWT_ESTOPPED) {
         PyErr_Format(PyExc_RuntimeError, "cannot %s: the timer is stopped", what);
     } else {

@@ -120,15 +120,9 @@ static PyObject *manual_stop(TimerObject *self)
 
 int hwtimer_timer_start(TimerObject *self)
 {
-    if (hwt_timer_started(self->core)) {
-        if (hwt_timer_orphaned(self->core)) {
-            PyErr_SetString(
-                PyExc_RuntimeError,
-                "this timer was started before fork(): create a new timer in the child");
-            return -1;
-        }
-        return 0;
-    }
+    if (hwt_timer_started(self->core)) /* in a child of fork() too: it cannot run there */
+        return hwt_timer_orphaned(self->core) ? hwtimer_core_error(self, HWT_ESTOPPED, "start")
+                                              : 0;
     if (hwt_timer_stopped(self->core) || self->dispatcher) {
         PyErr_SetString(PyExc_RuntimeError, "cannot start a stopped timer");
         return -1;
@@ -438,6 +432,14 @@ static PyObject *timer_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
 
 /* ---- methods ---- */
 
+/* hwtimer_timer_start() for a timeout about to be scheduled, with its one
+   check of a started timer: one started before fork() is refused by the
+   schedule, in the same words (hwtimer_core_error()). */
+static inline int start_if_new(TimerObject *self)
+{
+    return hwt_timer_started(self->core) ? 0 : hwtimer_timer_start(self);
+}
+
 static PyObject *timer_start(TimerObject *self, PyObject *unused)
 {
     (void)unused;
@@ -481,9 +483,8 @@ static PyObject *timer_new_timeout(TimerObject *self, PyObject *const *args, Py_
         return NULL;
     }
     int64_t delay;
-    if (hwtimer_parse_delay(self->module_state, delay_o, "delay", &delay) < 0)
-        return NULL;
-    if (hwtimer_timer_start(self) < 0)
+    if (hwtimer_parse_delay(self->module_state, delay_o, "delay", &delay) < 0 ||
+        start_if_new(self) < 0)
         return NULL;
     PyObject *to = hwtimer_timeout_new(self, self->module_state->timeout_type,
                                        hwt_timer_default_sink(self->core), task);
@@ -544,7 +545,7 @@ static PyObject *timer_new_periodic(TimerObject *self, PyObject *const *args, Py
     int missed;
     if (parse_periodic(self->module_state, period_o, delay_o, missed_o, &period, &delay, &missed) <
             0 ||
-        hwtimer_timer_start(self) < 0)
+        start_if_new(self) < 0)
         return NULL;
     PyObject *to = hwtimer_timeout_new(self, self->module_state->periodic_type,
                                        hwt_timer_default_sink(self->core), task);
