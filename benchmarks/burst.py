@@ -165,11 +165,7 @@ def impls() -> tuple:
     """IMPLS, without the floor where it cannot be built."""
     import floor
 
-    try:
-        floor.build()
-    except (RuntimeError, OSError):
-        return IMPLS[:-1]
-    return IMPLS
+    return IMPLS if floor.buildable() else IMPLS[:-1]
 
 
 def run(cfg: dict) -> dict:

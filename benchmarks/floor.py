@@ -48,6 +48,15 @@ def build() -> str:
     return ext
 
 
+def buildable() -> bool:
+    """Whether the floor extension builds here (a C compiler, the headers)."""
+    try:
+        build()
+    except (RuntimeError, OSError):
+        return False
+    return True
+
+
 def load():
     """The floor extension module, built if needed."""
     if NAME in sys.modules:

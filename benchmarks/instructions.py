@@ -59,11 +59,11 @@ def burst_child(impl: str, n: int) -> dict:
     """A burst of n timeouts due in one tick, or the floor's loop over n."""
     import burst
 
-    task, _ = burst.counter(n, lambda: None)
     if impl == BURST_FLOOR:
         import floor
 
         ext = floor.load()
+        task, _ = burst.counter(n, lambda: None)
         ext.burst(task, ext.make_args(n))
         return {}
     timer = new_hwtimer()
@@ -109,10 +109,9 @@ def dispatch_thread_total(n: int, outdir: str) -> int:
     """The instructions of the dispatch thread of a burst of n."""
     out_file, _ = callgrind("burst_child", "hwtimer", n, outdir, "--separate-threads=yes")
     for name in sorted(os.listdir(outdir)):
-        path = os.path.join(outdir, name)
         if not name.startswith(os.path.basename(out_file) + "-"):
             continue
-        with open(path) as f:
+        with open(os.path.join(outdir, name)) as f:
             text = f.read()
         if "dispatch_run" in text:
             return int(re.search(r"^summary:\s*(\d+)", text, re.M).group(1))
@@ -171,11 +170,7 @@ def impls() -> tuple[str, ...]:
     """hwtimer and asyncio, and the floor where it can be built."""
     import floor
 
-    try:
-        floor.build()
-    except (RuntimeError, OSError):
-        return ("hwtimer", "asyncio")
-    return ("hwtimer", "asyncio", FLOOR)
+    return ("hwtimer", "asyncio", FLOOR) if floor.buildable() else ("hwtimer", "asyncio")
 
 
 def run(cfg: dict) -> dict:
