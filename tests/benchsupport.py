@@ -5,8 +5,10 @@ repeated figure."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import sysconfig
 
 import pytest
 
@@ -22,6 +24,13 @@ SKIPS = [
     # there, over calls the rest of the suite makes already
     pytest.mark.skipif("san.so" in os.environ.get("LD_PRELOAD", ""), reason="under a sanitizer"),
 ]
+
+
+def has_c_compiler() -> bool:
+    """Whether the compiler that built this interpreter is here, to build
+    the floor extension (the dist checks run with none)."""
+    cc = (sysconfig.get_config_var("CC") or "").split()
+    return bool(cc) and shutil.which(cc[0]) is not None
 
 
 def is_summary(x: object, runs: int = REPEATS, nonnegative: bool = False) -> bool:

@@ -12,10 +12,17 @@ import re
 import shutil
 import subprocess
 import sys
-import sysconfig
 
 import pytest
-from benchsupport import BENCHMARKS, CHECKOUT, REPEATS, SKIPS, bench, is_summary
+from benchsupport import (
+    BENCHMARKS,
+    CHECKOUT,
+    REPEATS,
+    SKIPS,
+    bench,
+    has_c_compiler,
+    is_summary,
+)
 
 # callgrind takes most of a minute even on tiny sizes; the rest run here
 ONLY = [
@@ -80,7 +87,7 @@ def test_every_benchmark_gives_repeated_figures(tiny_run: tuple[dict, str, str])
 
 
 def test_floors_are_measured_in_the_same_run(tiny_run: tuple[dict, str, str]) -> None:
-    if shutil.which(sysconfig.get_config_var("CC").split()[0]) is None:
+    if not has_c_compiler():
         pytest.skip("no C compiler for the floor extension")
     res = tiny_run[0]["results"]
     pair, burst = res["pair"], res["burst"]
@@ -141,8 +148,7 @@ def cannot_build_a_revision() -> str | None:
     head = ["git", "-C", CHECKOUT, "rev-parse", "--verify", "HEAD"]
     if subprocess.run(head, capture_output=True).returncode != 0:
         return "not a git checkout"
-    cc = sysconfig.get_config_var("CC")
-    if not cc or shutil.which(cc.split()[0]) is None:
+    if not has_c_compiler():
         return "no C compiler"
     if importlib.util.find_spec("setuptools") is None:
         return "no setuptools to build with"
