@@ -39,7 +39,7 @@ def test_version_comes_from_one_place():
         assert 'version = { attr = "hwtimer.__version__" }' in text
 
 
-def build_ext(tmp_path: Path, prelude: str = "", env: dict[str, str] | None = None):
+def run_build(tmp_path: Path, prelude: str = "", env: dict[str, str] | None = None):
     """Runs `setup.py build_ext` from the source tree into `tmp_path`, after
     `prelude` (run once setuptools is imported)."""
     if not SETUP.exists():
@@ -58,7 +58,7 @@ def build_ext(tmp_path: Path, prelude: str = "", env: dict[str, str] | None = No
     )
     full_env = {**os.environ, **(env or {})}
     full_env.pop("PYTHONWARNINGS", None)
-    proc = subprocess.run(
+    return subprocess.run(
         [sys.executable, "-c", code],
         cwd=ROOT,
         env=full_env,
@@ -66,6 +66,11 @@ def build_ext(tmp_path: Path, prelude: str = "", env: dict[str, str] | None = No
         text=True,
         timeout=300,
     )
+
+
+def build_ext(tmp_path: Path, prelude: str = "", env: dict[str, str] | None = None):
+    """run_build(), which must refuse: returns its one line of error."""
+    proc = run_build(tmp_path, prelude, env)
     assert proc.returncode != 0, "the build went on\n" + proc.stdout + proc.stderr
     assert not (tmp_path / "lib").exists(), "something was built"
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
@@ -156,3 +161,38 @@ def test_missing_pthread_h(tmp_path):
         f"error: <pthread.h> and -pthread not usable with {gcc}:"
         " install the C library's development files (Debian: apt-get install libc6-dev)"
     )
+
+
+def test_a_compiler_without_link_time_optimisation_builds_without_it(tmp_path):
+    gcc = shutil.which("gcc")
+    if gcc is None:
+        pytest.skip("no gcc to build with")
+    # a compiler that refuses -flto: the build leaves it out, and goes on
+    cc = tmp_path / "cc"
+    cc.write_text(
+        "#!/bin/sh\n"
+        'for a in "$@"; do case $a in -flto*) echo "cc: no -flto" >&2; exit 1;; esac; done\n'
+        f'exec {gcc} "$@"\n'
+    )
+    cc.chmod(0o755)
+    proc = run_build(tmp_path, env={"CC": str(cc)})
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "-flto" not in proc.stdout + proc.stderr
+    built = list((tmp_path / "lib" / "hwtimer").glob("_hwtimer*"))
+    assert len(built) == 1
+    # it loads, and makes a timer that runs a task
+    check = textwrap.dedent(
+        f"""
+        import importlib.util, threading
+        spec = importlib.util.spec_from_file_location("hwtimer._hwtimer", {str(built[0])!r})
+        m = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(m)
+        ran = threading.Event()
+        timer = m.HashedWheelTimer(tick_duration=0.001)
+        timer.new_timeout(lambda t: ran.set(), 0.001)
+        assert ran.wait(30)
+        timer.stop()
+        """
+    )
+    ran = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 0, ran.stderr
