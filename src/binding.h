@@ -76,6 +76,7 @@ static inline PyObject *PyObject_CallOneArg(PyObject *callable, PyObject *arg)
 #define HWT_TP_ALLOC(tp) ((allocfunc)PyType_GetSlot((tp), Py_tp_alloc))
 #define HWT_TP_FREE(tp)  ((freefunc)PyType_GetSlot((tp), Py_tp_free))
 #define HWT_HAS_FLOAT(o) (PyType_GetSlot(Py_TYPE(o), Py_nb_float) != NULL)
+#define HWT_CALLABLE(o)  PyCallable_Check(o)
 /* The type's __name__, for error messages: valid until this thread's next
    call (or "?" if the name cannot be read). */
 const char *hwtimer_type_name(PyTypeObject *tp);
@@ -90,6 +91,7 @@ const char *hwtimer_type_name(PyTypeObject *tp);
 #define HWT_TP_ALLOC(tp)      ((tp)->tp_alloc)
 #define HWT_TP_FREE(tp)       ((tp)->tp_free)
 #define HWT_HAS_FLOAT(o)      (Py_TYPE(o)->tp_as_number && Py_TYPE(o)->tp_as_number->nb_float)
+#define HWT_CALLABLE(o)       (Py_TYPE(o)->tp_call != NULL) /* PyCallable_Check(), inline */
 #define hwtimer_type_name(tp) ((tp)->tp_name)
 #endif
 
@@ -293,9 +295,34 @@ extern _Thread_local TimerObject *hwtimer_current_task_timer;
    (a call, in a shared object) at every use. */
 TimerObject **hwtimer_current_task_slot(void);
 hwtimer_state *hwtimer_state_of_type(PyTypeObject *tp);
+/* hwtimer_parse_delay() for every kind of delay. */
+int hwtimer_parse_any_delay(hwtimer_state *st, PyObject *obj, const char *what, int64_t *ns);
+/* ceil(x) for 0 < x < 2**63, without libm's call. */
+static inline int64_t hwtimer_ceil_ns(double x)
+{
+    int64_t n = (int64_t)x;
+    return (double)n < x ? n + 1 : n;
+}
+/* The ns at or above which a delay saturates to HWT_NEVER (a double just
+   below 2**63). */
+#define HWTIMER_NEVER_NS_DOUBLE 9.2e18
 /* Parses seconds (int, float, timedelta, or anything with __float__) into
-   ns, saturating at HWT_NEVER.  Returns 0, or -1 with TypeError/ValueError. */
-int hwtimer_parse_delay(hwtimer_state *st, PyObject *obj, const char *what, int64_t *ns);
+   ns, saturating at HWT_NEVER.  Returns 0, or -1 with TypeError/ValueError.
+   A positive float, new_timeout()'s usual delay, is read here, inline. */
+static inline int hwtimer_parse_delay(hwtimer_state *st, PyObject *obj, const char *what,
+                                      int64_t *ns)
+{
+#ifndef Py_LIMITED_API
+    if (PyFloat_CheckExact(obj)) {
+        double x = PyFloat_AS_DOUBLE(obj) * 1e9;
+        if (x > 0 && x < HWTIMER_NEVER_NS_DOUBLE) { /* NaN is neither */
+            *ns = hwtimer_ceil_ns(x);
+            return 0;
+        }
+    }
+#endif
+    return hwtimer_parse_any_delay(st, obj, what, ns);
+}
 /* Seconds into ns, rounded up (never early) and saturated; NaN is
    ValueError.  Returns 0 or -1. */
 int hwtimer_delay_from_seconds(double seconds, const char *what, int64_t *ns);

@@ -113,19 +113,16 @@ int hwtimer_delay_from_seconds(double d, const char *what, int64_t *ns)
         return -1;
     }
     double x = d * 1e9;
-    if (x >= 9.2e18) {
+    if (x >= HWTIMER_NEVER_NS_DOUBLE)
         *ns = HWT_NEVER;
-    } else if (x <= 0) {
+    else if (x <= 0)
         *ns = x <= -1 ? -1 : 0; /* what ceil(x) < 0 means */
-    } else {
-        /* ceil(x), without libm's call on the hot path of new_timeout() */
-        int64_t n = (int64_t)x;
-        *ns = (double)n < x ? n + 1 : n;
-    }
+    else
+        *ns = hwtimer_ceil_ns(x);
     return 0;
 }
 
-int hwtimer_parse_delay(hwtimer_state *st, PyObject *obj, const char *what, int64_t *ns)
+int hwtimer_parse_any_delay(hwtimer_state *st, PyObject *obj, const char *what, int64_t *ns)
 {
     if (PyFloat_CheckExact(obj))
         return hwtimer_delay_from_seconds(PyFloat_AS_DOUBLE(obj), what, ns);

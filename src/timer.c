@@ -290,7 +290,7 @@ static int check_name_and_executor(PyObject *name_o, PyObject *executor)
     }
     if (executor != Py_None) {
         PyObject *submit = PyObject_GetAttrString(executor, "submit");
-        int ok = submit && PyCallable_Check(submit);
+        int ok = submit && HWT_CALLABLE(submit);
         Py_XDECREF(submit);
         if (!ok) {
             PyErr_Clear();
@@ -477,7 +477,7 @@ static PyObject *timer_new_timeout(TimerObject *self, PyObject *const *args, Py_
         return NULL;
     }
     PyObject *task = given[0], *delay_o = given[1];
-    if (!PyCallable_Check(task)) {
+    if (!HWT_CALLABLE(task)) {
         PyErr_Format(PyExc_TypeError, "task must be callable, not %.200s",
                      hwtimer_type_name(Py_TYPE(task)));
         return NULL;
@@ -536,7 +536,7 @@ static PyObject *timer_new_periodic(TimerObject *self, PyObject *const *args, Py
     if (hwtimer_bind(&sig, args, nargs, kwnames, given) < 0)
         return NULL;
     PyObject *task = given[0], *period_o = given[1], *delay_o = given[2], *missed_o = given[3];
-    if (!PyCallable_Check(task)) {
+    if (!HWT_CALLABLE(task)) {
         PyErr_Format(PyExc_TypeError, "task must be callable, not %.200s",
                      hwtimer_type_name(Py_TYPE(task)));
         return NULL;
@@ -641,7 +641,7 @@ static PyObject *loop_call(TimerObject *self, bool periodic, PyObject *const *ar
                  : hwtimer_parse_delay(self->module_state, given[0], "delay", &delay))
         return NULL;
     PyObject *callback = given[1];
-    if (!PyCallable_Check(callback)) {
+    if (!HWT_CALLABLE(callback)) {
         PyErr_Format(PyExc_TypeError, "callback must be callable, not %.200s",
                      hwtimer_type_name(Py_TYPE(callback)));
         return NULL;

@@ -125,6 +125,37 @@ def test_clock_moves_only_by_advance(manual: ManualTimer) -> None:
     assert "ago" in repr(timeout)
 
 
+class Seconds(float):
+    pass
+
+
+@pytest.mark.parametrize(
+    "delay, ns",
+    [
+        (1.5e-9, 2),  # a part of a ns counts as a whole one: never early
+        (5e-324, 1),  # the smallest positive float
+        (0.25, 250_000_000),
+        (3600.0, 3_600_000_000_000),
+        (0.0, 0),
+        (-0.5e-9, 0),  # rounded up to now, not before it
+        (Seconds(1.5e-9), 2),  # a float subclass takes the general path, alike
+        (timedelta(microseconds=1), 1_000),
+        (2, 2_000_000_000),
+    ],
+)
+def test_a_delay_is_rounded_up_to_a_whole_ns(manual: ManualTimer, delay: object, ns: int) -> None:
+    timeout = manual.new_timeout(Recorder(manual), delay)
+    assert timeout.deadline == ns / 1e9
+    assert timeout.cancel()
+
+
+@pytest.mark.parametrize("delay", [9.3e9, 1e300, float("inf")])
+def test_a_delay_past_the_clock_s_range_is_never(manual: ManualTimer, delay: float) -> None:
+    timeout = manual.new_timeout(Recorder(manual), delay)
+    assert timeout.deadline == float("inf")
+    assert timeout.cancel()
+
+
 def test_deadlines_count_from_the_clock_at_scheduling(manual: ManualTimer) -> None:
     manual.advance(5)
     task = Recorder(manual)
