@@ -142,12 +142,16 @@ static bool times_next(const hwtimer_batch *batch, hwt_timeout *node)
 }
 
 /* Runs an untimed task: its end is not read, so neither is the next one's
-   start. */
-static int run_untimed(TimerObject *timer, TimeoutObject *to, hwtimer_batch *batch)
+   start.  `current` is this thread's task slot, from a caller that looked
+   it up once for a whole batch of new_timeout() and new_periodic() tasks;
+   NULL for any other caller, and any kind of task. */
+static inline int run_untimed(TimerObject *timer, TimeoutObject *to, hwtimer_batch *batch,
+                              TimerObject **current)
 {
     batch->now = HWTIMER_UNREAD;
     hwt_timer_record_untimed(timer->core);
-    return call_once(timer, to) < 0 ? report_failure(timer, to) : 0;
+    int failed = current ? call_task(timer, to, current) : call_once(timer, to);
+    return failed < 0 ? report_failure(timer, to) : 0;
 }
 
 int hwtimer_run_timeout(TimerObject *timer, TimeoutObject *to, hwtimer_batch *batch)
@@ -160,7 +164,7 @@ int hwtimer_run_timeout(TimerObject *timer, TimeoutObject *to, hwtimer_batch *ba
     bool timed = times_next(batch, node);
     batch->ran++;
     if (!timed)
-        return run_untimed(timer, to, batch);
+        return run_untimed(timer, to, batch, NULL);
     int64_t origin = hwt_timer_start_time(timer->core);
     if (batch->now == HWTIMER_UNREAD)
         batch->now = hwtimer_clock_ns(timer);
@@ -246,10 +250,7 @@ void hwtimer_run_batch(hwt_sink *default_sink, hwt_timeout *node)
                 /* a burst's common case: hwtimer_run_timeout()'s untimed
                    run, without its calls and checks */
                 batch.ran++;
-                batch.now = HWTIMER_UNREAD;
-                hwt_timer_record_untimed(timer->core);
-                if (call_task(timer, to, current) < 0)
-                    report_failure(timer, to);
+                run_untimed(timer, to, &batch, current);
             } else {
                 hwtimer_dispatch_timeout(timer, to, &batch);
             }
