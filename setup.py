@@ -69,8 +69,9 @@ REFUSED_PLATFORMS = ("win", "emscripten", "wasi")
 # What the C sources need from the system, checked in this order: a name
 # for the message, a C program that must compile and link with the build's
 # flags, and what provides it.
+EMPTY_PROGRAM = "int main(void) { return 0; }\n"
 SYSTEM_NEEDS = [
-    ("a working C compiler", "int main(void) { return 0; }\n", "gcc (Debian: apt-get install gcc)"),
+    ("a working C compiler", EMPTY_PROGRAM, "gcc (Debian: apt-get install gcc)"),
     (
         "C11 <stdatomic.h>",
         "#include <stdatomic.h>\nint main(void) { atomic_int i = 0; return atomic_load(&i); }\n",
@@ -194,7 +195,7 @@ class checked_build_ext(build_ext):
 
     def build_extensions(self):
         check_system(self.compiler)
-        if LTO_FLAGS and _builds(self.compiler, SYSTEM_NEEDS[0][1], LTO_FLAGS):
+        if LTO_FLAGS and _builds(self.compiler, EMPTY_PROGRAM, LTO_FLAGS):
             for ext in self.extensions:
                 ext.extra_compile_args = ext.extra_compile_args + LTO_FLAGS
                 ext.extra_link_args = ext.extra_link_args + LTO_FLAGS
