@@ -48,7 +48,9 @@ enum { CANCEL_WAKE_NONE = 0, CANCEL_WAKE_AT_BATCH = 1, CANCEL_WAKE_AT_FIRST = 2 
 /* A sleeping worker is woken to transfer when this many new timeouts have
    queued, so a burst is in its buckets before it falls due: what is left
    for the due tick's transfer, in front of its first task, is less than
-   this (65536 of them took 2 ms). */
+   this (65536 of them took 2 ms).  Counted net of the ones cancelled while
+   queued: a schedule + cancel loop, whose cancels take each one straight
+   back, queues nothing and never wakes it. */
 #define TRANSFER_WAKE_BATCH 4096
 
 /* The worker takes new timeouts out of the QUEUED state this many at a
@@ -110,7 +112,8 @@ struct hwt_timer {
     /* Read by producers, written by the worker when it sleeps or wakes:
        producers wake it for a deadline below wake_limit. */
     _Alignas(64) _Atomic int64_t wake_limit;
-    _Atomic uint64_t transfer_wake_at; /* the `scheduled` count that wakes it */
+    /* the queued_net() that wakes it (INT64_MAX: awake) */
+    _Atomic int64_t transfer_wake_at;
     _Atomic int cancel_wake;           /* CANCEL_WAKE_*: when cancels wake the worker */
     hwt_park park;                     /* where the worker sleeps */
     _Atomic bool stopping;
@@ -256,6 +259,16 @@ int hwt_round_ticks(uint64_t n, uint32_t *rounded)
         p <<= 1;
     *rounded = p;
     return 0;
+}
+
+/* Timeouts scheduled, `scheduled` of them, less those cancelled while
+   queued: what the producers' stack holds, give or take the ones that
+   other threads schedule or cancel meanwhile (so it may be read a little
+   low, or even negative). */
+static inline int64_t queued_net(hwt_timer *t, uint64_t scheduled)
+{
+    return (int64_t)(scheduled -
+                     atomic_load_explicit(&t->cancelled_queued, memory_order_relaxed));
 }
 
 static inline int64_t now_rel(const hwt_timer *t)
@@ -650,7 +663,8 @@ static void sleep_until_tick(hwt_timer *t, int64_t target)
     hwt_park_prepare(&t->park);
     atomic_store(&t->wake_limit, limit);
     atomic_store(&t->cancel_wake, cancel_wake);
-    atomic_store(&t->transfer_wake_at, atomic_load(&t->scheduled) + TRANSFER_WAKE_BATCH);
+    atomic_store(&t->transfer_wake_at,
+                 queued_net(t, atomic_load(&t->scheduled)) + TRANSFER_WAKE_BATCH);
     /* Dekker with the producers: they push, then read wake_limit (or
        cancel_wake). */
     if (atomic_load(&t->new_head) != NULL || atomic_load(&t->stopping) ||
@@ -658,11 +672,13 @@ static void sleep_until_tick(hwt_timer *t, int64_t target)
         (cancel_wake == CANCEL_WAKE_AT_FIRST && cancels_queued(t))) {
         hwt_park_cancel(&t->park);
         atomic_store(&t->wake_limit, -1);
+        atomic_store(&t->transfer_wake_at, INT64_MAX);
         return;
     }
     /* the worker's clock is CLOCK_MONOTONIC, as the park's deadline */
     hwt_park_until(&t->park, wake_at == HWT_NEVER ? HWT_SYS_FOREVER : wake_at);
     atomic_store(&t->wake_limit, -1);
+    atomic_store(&t->transfer_wake_at, INT64_MAX);
     atomic_store(&t->cancel_wake, CANCEL_WAKE_NONE);
     count(&t->wakeups, 1);
 }
@@ -705,6 +721,7 @@ hwt_timer *hwt_timer_new(const hwt_config *config)
         t->cfg.clock = hwt_monotonic_ns;
     snprintf(t->name, sizeof(t->name), "%s", config->thread_name ? config->thread_name : "hwtimer");
     atomic_init(&t->wake_limit, -1);
+    atomic_init(&t->transfer_wake_at, INT64_MAX);
     atomic_init(&t->refs, 1);
     t->cancel_armed_at = INT64_MIN / 2; /* long ago */
     /* each step undoes itself when it fails, and the labels below undo the
@@ -901,7 +918,8 @@ static int schedule(hwt_timer *t, hwt_timeout *to, int64_t delay_ns, uint32_t fl
         return HWT_ESTOPPED;
     }
     if (deadline < atomic_load(&t->wake_limit) ||
-        scheduled == atomic_load_explicit(&t->transfer_wake_at, memory_order_relaxed))
+        queued_net(t, scheduled) >=
+            atomic_load_explicit(&t->transfer_wake_at, memory_order_relaxed))
         wake_worker(t);
     return HWT_OK;
 }

@@ -209,6 +209,22 @@ def test_a_burst_is_in_the_wheel_before_it_falls_due(make_timer):
     assert timer.stats()["pending"] == n
 
 
+def test_timeouts_cancelled_at_once_do_not_wake_the_worker(make_timer):
+    # The request-timeout pattern: each cancel takes its timeout back before
+    # the worker sees it, so nothing queues and nothing is worth a wake-up,
+    # however many are scheduled (a wake-up per 4096 schedules once cost the
+    # scheduling thread a system call, and the worker a round for nothing).
+    timer = make_timer(0.001, 512)
+    timer.start()
+    time.sleep(0.1)
+    task = lambda t: None  # noqa: E731
+    wakeups = timer.stats()["wakeups"]
+    for _ in range(50_000):
+        timer.new_timeout(task, 60).cancel()
+    assert timer.stats()["wakeups"] - wakeups <= 3
+    assert timer.stats()["cancelled"] == 50_000
+
+
 def test_many_far_timeouts_do_not_wake_the_worker(make_timer):
     # 100,000 timeouts one to two hours away, a few a year away and some
     # never, on a 64 ms wheel: they fill every bucket of level 0's turns, so
