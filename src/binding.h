@@ -160,6 +160,10 @@ typedef struct {
     TimeoutObject *free_timeouts; /* owned, unlinked memory of released
                                      Timeouts, chained through `task` */
     Py_ssize_t nfree;
+    /* borrowed: the Timeout last taken back by its cancel() while its
+       caller held it, not yet GC-tracked (its dealloc clears this);
+       hwtimer_track_taken_back() tracks it */
+    TimeoutObject *untracked_held;
     bool exiting;         /* the atexit hook ran: no new workers */
     bool threads_exiting; /* threading's exit hooks run: executors refuse work */
     bool threads_hook;    /* _threads_exiting is registered with threading */
@@ -414,6 +418,10 @@ static inline void hwtimer_timeout_track_if_held(TimeoutObject *to)
    if something else holds it (above), and returns it (a new reference, the
    wheel's). */
 PyObject *hwtimer_timeout_from_node(hwt_timeout *node);
+/* GC-tracks the Timeout that its cancel() took back and left untracked
+   (st->untracked_held), if there is one: module.c's hook runs it as every
+   collection starts. */
+void hwtimer_track_taken_back(hwtimer_state *st);
 /* Drops the wheel's references to a chain of nodes (link.next). */
 void hwtimer_release_chain(hwt_timeout *node);
 double hwtimer_deadline_seconds(TimeoutObject *to);

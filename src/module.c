@@ -100,6 +100,16 @@ static PyObject *stop_all(PyObject *module, PyObject *unused)
     Py_RETURN_NONE;
 }
 
+/* gc.callbacks' hook: a Timeout that its cancel() left untracked joins
+   the collection that starts (timeout.c says why it waits). */
+static PyObject *gc_hook(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)args;
+    (void)nargs;
+    hwtimer_track_taken_back(state_of_module(module));
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef module_methods[] = {
     {"_run_task", run_task, METH_O,
      "_run_task($module, timeout, /)\n--\n\nRuns a timeout's task on this thread (for executors)."},
@@ -111,6 +121,9 @@ static PyMethodDef module_methods[] = {
     {"_follow_loop_time", follow_loop_time, METH_O,
      "_follow_loop_time($module, on, /)\n--\n\nSets (None: only reads) whether the asyncio "
      "helpers put a real timer's deadlines on the loop's call_at(); returns the old value."},
+    {"_gc_hook", (PyCFunction)(void (*)(void))gc_hook, METH_FASTCALL,
+     "_gc_hook($module, phase, info, /)\n--\n\nTracks the Timeout a cancel() left untracked "
+     "(the gc.callbacks hook)."},
     {"_stop_all", stop_all, METH_NOARGS,
      "_stop_all($module, /)\n--\n\nStops every running timer (the atexit hook)."},
     {NULL, NULL, 0, NULL},
@@ -208,7 +221,14 @@ static int module_exec(PyObject *module)
     if (!r)
         return -1;
     Py_DECREF(r);
-    return 0;
+    /* gc.callbacks keeps the hook, and through it the module, to the
+       interpreter's end */
+    PyObject *callbacks = hwtimer_import_attr("gc", "callbacks");
+    hook = callbacks ? PyObject_GetAttrString(module, "_gc_hook") : NULL;
+    int err = hook ? PyList_Append(callbacks, hook) : -1;
+    Py_XDECREF(hook);
+    Py_XDECREF(callbacks);
+    return err;
 }
 
 static int module_traverse(PyObject *module, visitproc visit, void *arg)
@@ -229,6 +249,7 @@ static int module_clear(PyObject *module)
         PyObject_GC_Del(to);
     }
     st->nfree = 0;
+    st->untracked_held = NULL;
 #define CLEAR_FIELD(type, name) Py_CLEAR(st->name);
     HWTIMER_STATE_REFS(CLEAR_FIELD)
 #undef CLEAR_FIELD

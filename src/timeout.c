@@ -103,16 +103,44 @@ double hwtimer_deadline_seconds(TimeoutObject *to)
 
 /* ---- methods ---- */
 
+void hwtimer_track_taken_back(hwtimer_state *st)
+{
+    TimeoutObject *to = st->untracked_held;
+    if (to) {
+        st->untracked_held = NULL;
+        if (!PyObject_GC_IsTracked((PyObject *)to))
+            PyObject_GC_Track(to);
+    }
+}
+
+/* Releases the wheel's reference to `to`, which its cancel() took back
+   before the worker saw it; the caller's reference keeps it alive.  Held by
+   the caller, it must be tracked (a cycle through its task may come to
+   hold it), but the schedule + cancel pattern mostly drops it at once: so
+   a plain Timeout waits, untracked, until the next take-back or the next
+   collection tracks it, and one dropped before that is never tracked nor
+   untracked.  Any other kind is tracked at once, as
+   hwtimer_release_chain() tracks those the worker hands back. */
+static void release_taken_back(TimeoutObject *to)
+{
+    hwtimer_state *st = TIMER_OF(to)->module_state;
+    if (Py_TYPE(to) != st->timeout_type) {
+        Py_DECREF(hwtimer_timeout_from_node(&to->node));
+        return;
+    }
+    /* a one-shot is never tracked while the wheel holds it */
+    assert(!PyObject_GC_IsTracked((PyObject *)to));
+    hwtimer_track_taken_back(st);
+    st->untracked_held = to;
+    Py_DECREF(to);
+}
+
 static PyObject *timeout_cancel(TimeoutObject *self, PyObject *unused)
 {
     (void)unused;
     int r = hwt_timeout_cancel_take(&self->node);
     if (r == HWT_TAKEN) {
-        /* Back before the worker saw it: the wheel's reference is released
-           here, as hwtimer_release_chain() releases one the worker handed
-           back (tracked, since the caller holds it too).  The caller's
-           reference keeps it alive through this call. */
-        Py_DECREF(hwtimer_timeout_from_node(&self->node));
+        release_taken_back(self);
         Py_RETURN_TRUE;
     }
     if (r != HWT_OK && r != HWT_EFINAL) {
@@ -213,9 +241,12 @@ int hwtimer_timeout_clear(TimeoutObject *self)
 void hwtimer_timeout_dealloc(TimeoutObject *self)
 {
     PyTypeObject *tp = Py_TYPE(self);
-    PyObject_GC_UnTrack(self);
     TimerObject *timer = TIMER_OF(self);
     hwtimer_state *st = timer->module_state;
+    if (st->untracked_held == self)
+        st->untracked_held = NULL;
+    else
+        PyObject_GC_UnTrack(self);
     Py_CLEAR(self->task);
     if (tp == st->timeout_type && st->nfree < MAX_FREE_TIMEOUTS) {
         /* kept for the next new_timeout(), chained through `task` */

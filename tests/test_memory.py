@@ -107,7 +107,12 @@ def test_a_cycle_a_task_makes_with_its_timeout_is_collected(timer) -> None:
 def test_a_cancelled_timeout_its_caller_holds_is_tracked(timer) -> None:
     t = timer.new_timeout(noop, 0.001)
     assert t.cancel()
-    assert wait_for(lambda: gc.is_tracked(t))  # once the worker released it
+
+    def tracked() -> bool:
+        gc.collect()  # a timeout its cancel took back is tracked by then
+        return gc.is_tracked(t)
+
+    assert wait_for(tracked)  # one the worker took is once it released it
 
 
 def test_a_tick_of_released_timeouts_is_reused_without_allocating() -> None:
