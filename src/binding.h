@@ -294,9 +294,10 @@ static inline int64_t hwtimer_timeout_period(TimeoutObject *to)
 /* common.c */
 /* The timer whose task runs on this thread now, for stop()'s check. */
 extern _Thread_local TimerObject *hwtimer_current_task_timer;
-/* Its address on this thread.  A function apart, so that a loop which
-   takes it once keeps it: the compiler would redo the thread-local lookup
-   (a call, in a shared object) at every use. */
+/* Its address on this thread.  A function apart, never inlined, so that a
+   loop which takes it once keeps it: the compiler would redo the
+   thread-local lookup (a call, in a shared object) at every use, as it did
+   at every task of a burst once link-time optimisation inlined this. */
 TimerObject **hwtimer_current_task_slot(void);
 hwtimer_state *hwtimer_state_of_type(PyTypeObject *tp);
 /* hwtimer_parse_delay() for every kind of delay. */

@@ -12,7 +12,8 @@
 
 _Thread_local TimerObject *hwtimer_current_task_timer;
 
-TimerObject **hwtimer_current_task_slot(void)
+/* never inlined, even by link-time optimisation: binding.h says why */
+__attribute__((noinline)) TimerObject **hwtimer_current_task_slot(void)
 {
     return &hwtimer_current_task_timer;
 }
