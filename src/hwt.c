@@ -48,9 +48,10 @@ enum { CANCEL_WAKE_NONE = 0, CANCEL_WAKE_AT_BATCH = 1, CANCEL_WAKE_AT_FIRST = 2 
 /* A sleeping worker is woken to transfer when this many new timeouts have
    queued, so a burst is in its buckets before it falls due: what is left
    for the due tick's transfer, in front of its first task, is less than
-   this (65536 of them took 2 ms).  Counted net of the ones cancelled while
-   queued: a schedule + cancel loop, whose cancels take each one straight
-   back, queues nothing and never wakes it. */
+   this (65536 of them took 2 ms).  Counted net of the ones that their
+   cancel took straight back: a schedule + cancel loop queues nothing and
+   never wakes it.  One cancelled while queued but not taken back stays on
+   the queue for the worker, and counts. */
 #define TRANSFER_WAKE_BATCH 4096
 
 /* The worker takes new timeouts out of the QUEUED state this many at a
@@ -106,8 +107,9 @@ struct hwt_timer {
     _Alignas(64) _Atomic(hwt_timeout *) new_head;
     _Atomic uint64_t scheduled, rejected;
     /* cancelled while QUEUED, by any thread (fetch_add): a cancel right
-       after its schedule finds this line where the schedule left it */
-    _Atomic uint64_t cancelled_queued;
+       after its schedule finds this line where the schedule left it; of
+       them, those taken straight back off the stack are counted apart */
+    _Atomic uint64_t cancelled_queued, taken_back;
 
     /* Read by producers, written by the worker when it sleeps or wakes:
        producers wake it for a deadline below wake_limit. */
@@ -261,14 +263,13 @@ int hwt_round_ticks(uint64_t n, uint32_t *rounded)
     return 0;
 }
 
-/* Timeouts scheduled, `scheduled` of them, less those cancelled while
-   queued: what the producers' stack holds, give or take the ones that
-   other threads schedule or cancel meanwhile (so it may be read a little
-   low, or even negative). */
+/* Timeouts scheduled, `scheduled` of them, less those taken straight back
+   by their cancel: what has been pushed onto the producers' stack and
+   stays there until the worker takes it, give or take what other threads
+   do meanwhile (so it may be read a little low, or even negative). */
 static inline int64_t queued_net(hwt_timer *t, uint64_t scheduled)
 {
-    return (int64_t)(scheduled -
-                     atomic_load_explicit(&t->cancelled_queued, memory_order_relaxed));
+    return (int64_t)(scheduled - atomic_load_explicit(&t->taken_back, memory_order_relaxed));
 }
 
 static inline int64_t now_rel(const hwt_timer *t)
@@ -871,6 +872,7 @@ static int64_t pending_of(hwt_timer *t, uint64_t scheduled)
     uint64_t done = atomic_load_explicit(&t->expired, memory_order_acquire) +
                     atomic_load_explicit(&t->cancelled, memory_order_acquire) +
                     atomic_load_explicit(&t->cancelled_queued, memory_order_acquire) +
+                    atomic_load_explicit(&t->taken_back, memory_order_acquire) +
                     atomic_load(&t->expired_out) + atomic_load(&t->cancelled_out);
     if (!scheduled)
         scheduled = atomic_load_explicit(&t->scheduled, memory_order_relaxed);
@@ -1010,9 +1012,11 @@ static int cancel(hwt_timeout *to, bool take)
        the transfer (or stop()) releases it.  The request-timeout pattern,
        a cancel soon after the schedule, mostly ends here. */
     if (s == HWT_QUEUED && atomic_compare_exchange_strong(&to->state, &s, HWT_CANCELLED)) {
-        atomic_fetch_add_explicit(&t->cancelled_queued, 1, memory_order_release);
-        if (take && take_back_newest(t, to))
+        if (take && take_back_newest(t, to)) {
+            atomic_fetch_add_explicit(&t->taken_back, 1, memory_order_release);
             return HWT_TAKEN;
+        }
+        atomic_fetch_add_explicit(&t->cancelled_queued, 1, memory_order_release);
         wake_for_cancels(t, 1);
         return HWT_OK;
     }
@@ -1221,6 +1225,7 @@ void hwt_timer_stats(hwt_timer *t, hwt_stats *out)
         atomic_load_explicit(&t->expired, memory_order_acquire) + atomic_load(&t->expired_out);
     out->cancelled = atomic_load_explicit(&t->cancelled, memory_order_acquire) +
                      atomic_load_explicit(&t->cancelled_queued, memory_order_acquire) +
+                     atomic_load_explicit(&t->taken_back, memory_order_acquire) +
                      atomic_load(&t->cancelled_out);
     out->scheduled = atomic_load_explicit(&t->scheduled, memory_order_relaxed);
     out->pending = out->scheduled > out->expired + out->cancelled

@@ -225,6 +225,24 @@ def test_timeouts_cancelled_at_once_do_not_wake_the_worker(make_timer):
     assert timer.stats()["cancelled"] == 50_000
 
 
+def test_timeouts_cancelled_while_queued_still_wake_the_worker(make_timer):
+    # Each schedule comes with the cancel of one scheduled 1000 before, still
+    # queued, and not on top: it stays on the queue until the worker takes
+    # it.  So such schedules count towards the wake-up that has the worker
+    # take its queue in batches of 4096, as any do (on a 1 s tick, nothing
+    # else would wake it more than about once a second).
+    timer = make_timer(1.0, 8)
+    timer.start()
+    time.sleep(0.1)
+    task = lambda t: None  # noqa: E731
+    handles = [timer.new_timeout(task, 60) for _ in range(1000)]
+    wakeups = timer.stats()["wakeups"]
+    for i in range(40_000):
+        handles[i % 1000].cancel()
+        handles[i % 1000] = timer.new_timeout(task, 60)
+    assert timer.stats()["wakeups"] - wakeups >= 4
+
+
 def test_many_far_timeouts_do_not_wake_the_worker(make_timer):
     # 100,000 timeouts one to two hours away, a few a year away and some
     # never, on a 64 ms wheel: they fill every bucket of level 0's turns, so
