@@ -639,6 +639,14 @@ static int64_t tick_ending_by(const hwt_timer *t, int64_t when)
     return tick > t->wheel.elapsed ? tick : t->wheel.elapsed;
 }
 
+/* Tells producers that the worker is awake: they wake it for nothing,
+   neither a deadline nor a transfer, as it looks for work before it sleeps. */
+static void mark_awake(hwt_timer *t)
+{
+    atomic_store(&t->wake_limit, -1);
+    atomic_store(&t->transfer_wake_at, INT64_MAX);
+}
+
 /* Sleeps until the end of tick `target` (HWT_NEVER: until woken), unless a
    producer has work for it first. */
 static void sleep_until_tick(hwt_timer *t, int64_t target)
@@ -672,14 +680,12 @@ static void sleep_until_tick(hwt_timer *t, int64_t target)
         atomic_load(&t->outside_transfers) != t->transfers_seen ||
         (cancel_wake == CANCEL_WAKE_AT_FIRST && cancels_queued(t))) {
         hwt_park_cancel(&t->park);
-        atomic_store(&t->wake_limit, -1);
-        atomic_store(&t->transfer_wake_at, INT64_MAX);
+        mark_awake(t);
         return;
     }
     /* the worker's clock is CLOCK_MONOTONIC, as the park's deadline */
     hwt_park_until(&t->park, wake_at == HWT_NEVER ? HWT_SYS_FOREVER : wake_at);
-    atomic_store(&t->wake_limit, -1);
-    atomic_store(&t->transfer_wake_at, INT64_MAX);
+    mark_awake(t);
     atomic_store(&t->cancel_wake, CANCEL_WAKE_NONE);
     count(&t->wakeups, 1);
 }
@@ -867,13 +873,20 @@ hwt_timeout *hwt_timer_take_released(hwt_timer *t)
    `scheduled` as scheduled if it is not 0.  The worker's counters are read
    first: every timeout they count was counted as scheduled before, so the
    difference is never negative. */
+/* Every timeout cancelled so far, by whichever way its cancel went: the
+   one sum of the counters that stats() and pending_of() both read. */
+static uint64_t cancelled_total(hwt_timer *t)
+{
+    return atomic_load_explicit(&t->cancelled, memory_order_acquire) +
+           atomic_load_explicit(&t->cancelled_queued, memory_order_acquire) +
+           atomic_load_explicit(&t->taken_back, memory_order_acquire) +
+           atomic_load(&t->cancelled_out);
+}
+
 static int64_t pending_of(hwt_timer *t, uint64_t scheduled)
 {
-    uint64_t done = atomic_load_explicit(&t->expired, memory_order_acquire) +
-                    atomic_load_explicit(&t->cancelled, memory_order_acquire) +
-                    atomic_load_explicit(&t->cancelled_queued, memory_order_acquire) +
-                    atomic_load_explicit(&t->taken_back, memory_order_acquire) +
-                    atomic_load(&t->expired_out) + atomic_load(&t->cancelled_out);
+    uint64_t done = atomic_load_explicit(&t->expired, memory_order_acquire) + cancelled_total(t) +
+                    atomic_load(&t->expired_out);
     if (!scheduled)
         scheduled = atomic_load_explicit(&t->scheduled, memory_order_relaxed);
     return scheduled > done ? (int64_t)(scheduled - done) : 0;
@@ -1223,10 +1236,7 @@ void hwt_timer_stats(hwt_timer *t, hwt_stats *out)
 {
     out->expired =
         atomic_load_explicit(&t->expired, memory_order_acquire) + atomic_load(&t->expired_out);
-    out->cancelled = atomic_load_explicit(&t->cancelled, memory_order_acquire) +
-                     atomic_load_explicit(&t->cancelled_queued, memory_order_acquire) +
-                     atomic_load_explicit(&t->taken_back, memory_order_acquire) +
-                     atomic_load(&t->cancelled_out);
+    out->cancelled = cancelled_total(t);
     out->scheduled = atomic_load_explicit(&t->scheduled, memory_order_relaxed);
     out->pending = out->scheduled > out->expired + out->cancelled
                        ? (int64_t)(out->scheduled - out->expired - out->cancelled)
