@@ -96,7 +96,9 @@ def test_stats_count_rejections_and_task_errors(make_timer):
 
     timer.new_timeout(lambda t: None, 3600)
     timer.new_timeout(lambda t: None, 3600)
-    timer.new_timeout(boom, 0)
+    # due in 0.5 s, not at once: a pause of one 5 ms tick before the next
+    # call would have boom fire first and make room
+    timer.new_timeout(boom, 0.5)
     with pytest.raises(hwtimer.RejectedExecutionError):
         timer.new_timeout(lambda t: None, 0)
     assert wait_for(lambda: timer.pending_timeouts() == 2)  # boom fired: room again
