@@ -1013,9 +1013,11 @@ static bool take_back_newest(hwt_timer *t, hwt_timeout *to)
     return atomic_compare_exchange_strong(&t->new_head, &head, hwt_timeout_of(below));
 }
 
+static int cancel_locked(hwt_timer *t, hwt_timeout *to);
+
 /* hwt_timeout_cancel(), and with `take` the take-back of
    hwt_timeout_cancel_take(). */
-static int cancel(hwt_timeout *to, bool take)
+static inline int cancel(hwt_timeout *to, bool take)
 {
     hwt_timer *t = to->sink->timer;
     uint32_t s = atomic_load_explicit(&to->state, memory_order_relaxed);
@@ -1033,6 +1035,13 @@ static int cancel(hwt_timeout *to, bool take)
         wake_for_cancels(t, 1);
         return HWT_OK;
     }
+    return cancel_locked(t, to);
+}
+
+/* cancel() of a timeout that the worker may hold: under cancel_lock.  Out
+   of line, so that the common cancel of a queued one keeps few registers. */
+__attribute__((noinline)) static int cancel_locked(hwt_timer *t, hwt_timeout *to)
+{
     pthread_mutex_lock(&t->cancel_lock);
     /* room first: once cancelled, it must be queued */
     if (!cancel_room(t)) {
