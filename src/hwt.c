@@ -869,10 +869,6 @@ hwt_timeout *hwt_timer_take_released(hwt_timer *t)
 
 /* ---- producers ---- */
 
-/* Timeouts scheduled and neither expired nor cancelled, counting
-   `scheduled` as scheduled if it is not 0.  The worker's counters are read
-   first: every timeout they count was counted as scheduled before, so the
-   difference is never negative. */
 /* Every timeout cancelled so far, by whichever way its cancel went: the
    one sum of the counters that stats() and pending_of() both read. */
 static uint64_t cancelled_total(hwt_timer *t)
@@ -883,6 +879,10 @@ static uint64_t cancelled_total(hwt_timer *t)
            atomic_load(&t->cancelled_out);
 }
 
+/* Timeouts scheduled and neither expired nor cancelled, counting
+   `scheduled` as scheduled if it is not 0.  The worker's counters are read
+   first: every timeout they count was counted as scheduled before, so the
+   difference is never negative. */
 static int64_t pending_of(hwt_timer *t, uint64_t scheduled)
 {
     uint64_t done = atomic_load_explicit(&t->expired, memory_order_acquire) + cancelled_total(t) +
