@@ -228,20 +228,26 @@ def test_timeouts_cancelled_at_once_do_not_wake_the_worker(make_timer):
 
 
 def test_timeouts_cancelled_while_queued_still_wake_the_worker(make_timer):
-    # Each schedule comes with the cancel of one scheduled 1000 before, still
-    # queued, and not on top: it stays on the queue until the worker takes
-    # it.  So such schedules count towards the wake-up that has the worker
-    # take its queue in batches of 4096, as any do (on a 1 s tick, nothing
-    # else would wake it more than about once a second).
+    # Each schedule comes with the cancel of one scheduled 1000 before, not
+    # on top of the queue: the cancel cannot take it back, and it stays for
+    # the worker.  So such schedules count towards the wake-up that has the
+    # worker take its queue in batches of 4096, as any do (on a 1 s tick,
+    # nothing else would wake it more than about once a second).  They come
+    # in rounds of 5000 with a pause between, for the worker to take what
+    # is queued and sleep again: a worker that finds more queued each time
+    # it looks never sleeps, and then has no wake-up to count.
     timer = make_timer(1.0, 8)
     timer.start()
     time.sleep(0.1)
     task = lambda t: None  # noqa: E731
     handles = [timer.new_timeout(task, 60) for _ in range(1000)]
+    time.sleep(0.1)  # the wake-up for these, counted before the rounds
     wakeups = timer.stats()["wakeups"]
     for i in range(40_000):
         handles[i % 1000].cancel()
         handles[i % 1000] = timer.new_timeout(task, 60)
+        if i % 5000 == 4999:
+            time.sleep(0.05)
     assert timer.stats()["wakeups"] - wakeups >= 4
 
 
