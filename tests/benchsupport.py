@@ -4,6 +4,7 @@ repeated figure."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -51,3 +52,14 @@ def bench(*args: str, timeout: float = 600, **env_vars: str) -> subprocess.Compl
     return subprocess.run(
         [sys.executable, *args], capture_output=True, text=True, env=env, timeout=timeout
     )
+
+
+def run_tiny(out: str, only: list[str], *args: str) -> tuple[dict, str, str]:
+    """Runs benchmarks/run.py on tiny sizes, REPEATS times, for the
+    benchmarks `only` names, writing to the folder out; returns its
+    results.json, its output and out."""
+    cmd = ["--size", "tiny", "--repeats", str(REPEATS), "--out", out, *args, "--only", *only]
+    proc = bench(os.path.join(BENCHMARKS, "run.py"), *cmd)
+    assert proc.returncode == 0, proc.stderr
+    with open(os.path.join(out, "results.json")) as f:
+        return json.load(f), proc.stdout, out

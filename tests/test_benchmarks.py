@@ -22,6 +22,7 @@ from benchsupport import (
     bench,
     has_c_compiler,
     is_summary,
+    run_tiny,
 )
 
 # callgrind takes most of a minute even on tiny sizes; the rest run here
@@ -44,12 +45,7 @@ pytestmark = SKIPS
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str, str]:
     pytest.importorskip("uvloop")
-    out = tmp_path_factory.mktemp("bench")
-    args = ["--size", "tiny", "--repeats", str(REPEATS), "--out", str(out), "--only", *ONLY]
-    proc = bench(os.path.join(BENCHMARKS, "run.py"), *args)
-    assert proc.returncode == 0, proc.stderr
-    with open(out / "results.json") as f:
-        return json.load(f), proc.stdout, str(out)
+    return run_tiny(str(tmp_path_factory.mktemp("bench")), ONLY)
 
 
 def test_every_benchmark_gives_repeated_figures(tiny_run: tuple[dict, str, str]) -> None:

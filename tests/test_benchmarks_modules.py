@@ -5,7 +5,6 @@ asserts speed."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -13,7 +12,7 @@ import sys
 import sysconfig
 
 import pytest
-from benchsupport import BENCHMARKS, CHECKOUT, REPEATS, SKIPS, bench, is_summary
+from benchsupport import BENCHMARKS, CHECKOUT, REPEATS, SKIPS, bench, is_summary, run_tiny
 
 # abi3.py builds the extension twice (about half a minute of the run)
 MODULES = ["rearm", "abi3"]
@@ -29,14 +28,8 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str, str]:
-    out = tmp_path_factory.mktemp("bench-modules")
-    args = ["--size", "tiny", "--repeats", str(REPEATS), "--out", str(out)]
-    for name in MODULES:
-        args += ["--module", name]
-    proc = bench(os.path.join(BENCHMARKS, "run.py"), *args, "--only", *MODULES)
-    assert proc.returncode == 0, proc.stderr
-    with open(out / "results.json") as f:
-        return json.load(f), proc.stdout, str(out)
+    modules = [arg for name in MODULES for arg in ("--module", name)]
+    return run_tiny(str(tmp_path_factory.mktemp("bench-modules")), MODULES, *modules)
 
 
 def test_run_takes_the_modules_at_their_tiny_sizes(tiny_run: tuple[dict, str, str]) -> None:
