@@ -222,6 +222,8 @@ struct TimeoutObject {
 typedef struct {
     TimeoutObject base;
     int64_t period; /* ns between runs, > 0 */
+    /* handed to the timer's executor, its run not yet begun (runner.c) */
+    bool submitted;
 } PeriodicTimeoutObject;
 
 typedef struct LoopSinkObject LoopSinkObject;
@@ -468,6 +470,9 @@ int hwtimer_run_timeout(TimerObject *timer, TimeoutObject *to, hwtimer_batch *ba
 /* The dispatch thread's: runs a new_timeout task as the next of `batch`
    with the runner, or submits it to the executor.  Never fails. */
 void hwtimer_dispatch_timeout(TimerObject *timer, TimeoutObject *to, hwtimer_batch *batch);
+/* _run_task(): runs, on an executor's thread, a timeout that
+   hwtimer_dispatch_timeout() submitted. */
+void hwtimer_run_submitted(TimerObject *timer, TimeoutObject *to);
 /* Runs a batch taken from the default sink: each expired new_timeout()
    task in turn, on this thread (or its executor); releases the rest. */
 void hwtimer_run_batch(hwt_sink *default_sink, hwt_timeout *node);

@@ -22,9 +22,7 @@ static PyObject *run_task(PyObject *module, PyObject *arg)
         return NULL;
     }
     TimeoutObject *to = (TimeoutObject *)arg;
-    TimerObject *timer = TIMER_OF(to);
-    hwtimer_batch batch = HWTIMER_BATCH_INIT;
-    hwtimer_run_timeout(timer, to, &batch);
+    hwtimer_run_submitted(TIMER_OF(to), to);
     Py_RETURN_NONE;
 }
 

@@ -27,10 +27,27 @@ static int call_once(TimerObject *timer, TimeoutObject *to)
     return call_task(timer, to, &hwtimer_current_task_timer);
 }
 
+/* Marks a periodic timeout as submitted, its run not yet begun, or not
+   (on/off); a one-shot needs no mark. */
+static void mark_submitted(TimerObject *timer, TimeoutObject *to, bool on)
+{
+    if (Py_TYPE(to) == timer->module_state->periodic_type)
+        ((PeriodicTimeoutObject *)to)->submitted = on;
+}
+
+void hwtimer_run_submitted(TimerObject *timer, TimeoutObject *to)
+{
+    hwtimer_batch batch = HWTIMER_BATCH_INIT;
+    mark_submitted(timer, to, false);
+    hwtimer_run_timeout(timer, to, &batch);
+}
+
 /* _submitted(timeout, future): the done-callback of a submitted task's
    future.  _run_task reports the task's own errors, so an exception here
    means the task never ran (a process pool that cannot pickle it, a
-   future cancelled at shutdown): it is counted and logged like one. */
+   future cancelled at shutdown): it is counted and logged like one, and a
+   periodic timeout, left running by its expiry, ends as if its task had
+   raised. */
 static PyObject *submitted_done(PyObject *timeout, PyObject *future)
 {
     PyObject *exc = PyObject_CallMethod(future, "exception", NULL);
@@ -42,9 +59,15 @@ static PyObject *submitted_done(PyObject *timeout, PyObject *future)
         PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
         Py_DECREF(exc);
     }
-    TimerObject *timer = TIMER_OF((TimeoutObject *)timeout);
+    TimeoutObject *to = (TimeoutObject *)timeout;
+    TimerObject *timer = TIMER_OF(to);
     timer->task_errors++;
     hwtimer_log_task_error(timer->module_state, timeout);
+    if (Py_TYPE(to) == timer->module_state->periodic_type &&
+        ((PeriodicTimeoutObject *)to)->submitted) {
+        mark_submitted(timer, to, false);
+        hwt_timeout_finish(&to->node, HWT_EXPIRED); /* or cancelled meanwhile */
+    }
     Py_RETURN_NONE;
 }
 
@@ -196,6 +219,7 @@ void hwtimer_dispatch_timeout(TimerObject *timer, TimeoutObject *to, hwtimer_bat
     }
     /* it runs elsewhere: the next task here starts at a time not read */
     batch->now = HWTIMER_UNREAD;
+    mark_submitted(timer, to, true);
     PyObject *r = PyObject_CallMethod(timer->executor, "submit", "OO",
                                       timer->module_state->run_task, (PyObject *)to);
     if (r) {
@@ -212,6 +236,7 @@ void hwtimer_dispatch_timeout(TimerObject *timer, TimeoutObject *to, hwtimer_bat
         timer->task_errors++;
         hwtimer_log_task_error(timer->module_state, (PyObject *)to);
     }
+    mark_submitted(timer, to, false);
     hwtimer_run_timeout(timer, to, batch);
 }
 

@@ -283,6 +283,44 @@ def test_executor_failure_after_submit_is_logged_and_counted(
     assert timer.stats()["expired"] == 1
 
 
+def test_periodic_whose_submission_fails_ends_as_if_it_raised(
+    make_timer: Callable[..., hwtimer.HashedWheelTimer], caplog: pytest.LogCaptureFixture
+) -> None:
+    # Its task never ran, so nothing re-armed it: it must not stay pending.
+    timer = make_timer(executor=LateFailingExecutor())
+    with caplog.at_level(logging.WARNING, logger="hwtimer"):
+        p = timer.new_periodic(lambda t: None, 0.01)
+        assert wait_for(lambda: timer.stats()["task_errors"] == 1)
+        assert wait_for(lambda: timer.pending_timeouts() == 0)
+    assert p.is_expired() and not p.is_cancelled()
+    assert p.cancel() is False
+    time.sleep(0.05)  # no second run is submitted
+    assert timer.stats()["task_errors"] == 1
+    assert timer.stop() == []
+
+
+def test_periodic_cancelled_while_its_failing_submission_is_out(
+    make_timer: Callable[..., hwtimer.HashedWheelTimer],
+) -> None:
+    submitted = threading.Event()
+    futures: list[concurrent.futures.Future[Any]] = []
+
+    class HeldExecutor:
+        def submit(self, fn: Any, *args: Any) -> concurrent.futures.Future[Any]:
+            futures.append(concurrent.futures.Future())
+            submitted.set()
+            return futures[-1]
+
+    timer = make_timer(executor=HeldExecutor())
+    p = timer.new_periodic(lambda t: None, 0.01)
+    assert submitted.wait(DEADLINE)
+    assert p.cancel() is True
+    futures[0].set_exception(TypeError("cannot pickle 'Timeout'"))
+    assert wait_for(lambda: timer.pending_timeouts() == 0)
+    assert p.is_cancelled() and timer.stats()["cancelled"] == 1
+    assert timer.stop() == []
+
+
 def test_process_pool_failure_is_logged(
     make_timer: Callable[..., hwtimer.HashedWheelTimer], caplog: pytest.LogCaptureFixture
 ) -> None:
