@@ -337,6 +337,8 @@ static PyObject *sink_register(LoopSinkObject *self, PyObject *unused)
     Py_DECREF(loop);
     if (!r && PyErr_ExceptionMatches(PyExc_NotImplementedError)) {
         PyErr_Clear();
+        if (self->closed) /* its timer went while add_reader ran */
+            Py_RETURN_NONE;
         if (start_poster(self) == 0)
             Py_RETURN_NONE;
     }

@@ -785,10 +785,27 @@ static int timer_traverse(TimerObject *self, visitproc visit, void *arg)
     return 0;
 }
 
+/* Closes the loop sinks, which point back at this timer without a
+   reference: before it goes, whether its last reference goes or the
+   cyclic GC clears it.  Closing them asks their loops is_closed(), and
+   clears what fails: the exception being raised, if any, is kept.  A
+   dealloc may run while one is: on 3.9 a coroutine's locals go after its
+   return value was set as StopIteration. */
+static void close_loop_sinks(TimerObject *self)
+{
+    if (!self->loop_sinks)
+        return;
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    hwtimer_loop_sinks_close(self->loop_sinks);
+    PyErr_Restore(type, value, tb);
+    Py_CLEAR(self->loop_sinks);
+}
+
 static int timer_clear(TimerObject *self)
 {
     Py_CLEAR(self->executor);
-    Py_CLEAR(self->loop_sinks);
+    close_loop_sinks(self);
     Py_CLEAR(self->stopped_periodic);
     return 0;
 }
@@ -833,16 +850,6 @@ static void timer_dealloc(TimerObject *self)
     stop_unstopped(self, NULL);
 #endif
     running_remove(self);
-    if (self->loop_sinks) {
-        /* Closing the sinks asks their loops is_closed(), and clears what
-           fails: keep the exception being raised, if any.  A dealloc may
-           run while one is: on 3.9 a coroutine's locals go after its
-           return value was set as StopIteration. */
-        PyObject *type, *value, *tb;
-        PyErr_Fetch(&type, &value, &tb);
-        hwtimer_loop_sinks_close(self->loop_sinks);
-        PyErr_Restore(type, value, tb);
-    }
     timer_clear(self);
     Py_CLEAR(self->dispatcher);
     Py_CLEAR(self->name);

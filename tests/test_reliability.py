@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import gc
 import logging
 import math
 import os
@@ -596,3 +597,66 @@ def test_scope_binds_at_await_time(kind: str) -> None:
 
     with event_loop(kind) as loop:
         assert loop.run_until_complete(main()) == ["refused"]
+
+
+# ---- 15. a timer the cyclic GC frees ----
+
+
+class CycleTimer(hwtimer.HashedWheelTimer):
+    """A timer that can keep itself alive, so that only the cyclic GC
+    frees it."""
+
+    me: hwtimer.HashedWheelTimer
+
+
+def test_timer_freed_by_the_gc_closes_its_loop_sinks() -> None:
+    async def one_timer() -> None:
+        timer = CycleTimer(tick_duration=0.001)
+        timer.me = timer
+        fut = asyncio.get_running_loop().create_future()
+        timer.call_later(0.001, fut.set_result, None)
+        await fut
+        timer.stop()
+        del timer
+        gc.collect()
+        await asyncio.sleep(0.01)  # a closed sink's reader goes in the loop
+
+    async def main() -> tuple[int, int]:
+        watched = asyncio.get_running_loop()._selector.get_map()  # type: ignore[attr-defined]
+        fds, readers = _wake_fds(), len(watched)
+        for _ in range(20):
+            await one_timer()
+        return _wake_fds() - fds, len(watched) - readers
+
+    with event_loop() as loop:
+        assert loop.run_until_complete(main()) == (0, 0)
+
+
+def test_sink_registered_after_its_timer_was_collected() -> None:
+    code = """
+    import asyncio, gc
+    import hwtimer
+
+    class CycleTimer(hwtimer.HashedWheelTimer):
+        pass
+
+    class NoReaderLoop(asyncio.SelectorEventLoop):
+        def add_reader(self, *args):
+            raise NotImplementedError
+
+    loop = NoReaderLoop()
+    timer = CycleTimer(tick_duration=0.01, thread_name="x" * 40)
+    timer.me = timer
+    # the sink's registration waits for the loop to run
+    timer.call_later(10, print, "never", loop=loop).cancel()
+    timer.stop()
+    del timer
+    gc.collect()
+    junk = [bytearray(64) for _ in range(10000)]  # over the freed timer
+    loop.run_until_complete(asyncio.sleep(0.05))
+    loop.close()
+    print("ok")
+    """
+    proc = run_python(code, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "ok\n"
