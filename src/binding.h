@@ -202,6 +202,7 @@ struct TimerObject {
     _Atomic int64_t manual_now;   /* ns; starts at 0 */
     pthread_mutex_t advance_lock; /* held through advance() and stop() */
     unsigned long advancing;      /* the thread holding it, or 0 (GIL) */
+    unsigned forks_seen;          /* the process's fork count it was made in */
 };
 
 /* A Timeout: 80 bytes with CPython's GC header, the C node included (a

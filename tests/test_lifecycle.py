@@ -341,6 +341,46 @@ def test_fork_and_exit_under_load_repeated() -> None:
         assert proc.stderr == "", (i, proc.stderr)
 
 
+def test_fork_while_another_thread_advances_a_manual_timer() -> None:
+    # The advancing thread holds the timer's lock in the parent and does not
+    # come along: the child still advances, stops and exits.
+    code = (
+        FORK_PRELUDE
+        + """
+    from hwtimer.testing import ManualTimer
+
+    timer = ManualTimer()
+    in_task = threading.Event()
+    timer.new_timeout(lambda t: (in_task.set(), time.sleep(0.5)), 0.001)
+    advancing = threading.Thread(target=timer.advance, args=(0.01,))
+    advancing.start()
+    assert in_task.wait(10)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            ran = []
+            timer.new_timeout(ran.append, 0.001)
+            timer.advance(0.01)
+            check(len(ran) == 1, f"{len(ran)} runs of a new timeout in the child")
+            later = timer.new_timeout(ran.append, 1)
+            check(timer.stop() == [later], "stop() did not return the pending timeout")
+            timer = ManualTimer()
+            timer.new_timeout(ran.append, 5)  # the atexit hook stops it
+        except BaseException:
+            import traceback
+            traceback.print_exc()
+            check(False, "raised (traceback above)")
+        sys.exit(child_status())
+    status = wait_child(pid)
+    advancing.join()
+    print(status, timer.stop(), flush=True)
+"""
+    )
+    proc = run_python(code, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "0 []\n", proc.stderr
+
+
 # ---- task references ----
 
 
