@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import threading
 from collections.abc import Iterator
 from datetime import timedelta
@@ -52,7 +51,11 @@ class ManualTimer(_ManualTimer):
         max_pending_timeouts: SupportsIndex = 0,
     ) -> None:
         self.task_errors = []
-        _watch_task_errors()
+
+    def _task_failed(self, exc: BaseException) -> None:
+        """Called by the timer with each exception a task raised, before it
+        is logged."""
+        self.task_errors.append(exc)
 
     async def advance_async(self, seconds: _Seconds) -> int:
         """``advance(seconds)`` from the running loop's thread, yielding to
@@ -100,35 +103,6 @@ async def _settle(timer: ManualTimer, loop: asyncio.AbstractEventLoop) -> None:
             return
         if not ready:
             return
-
-
-class _TaskErrors(logging.Filter):
-    """Collects, on each ManualTimer, the exceptions its tasks raised, from
-    the records that the binding logs for them.  A filter rather than a
-    handler: the "hwtimer" logger keeps no handler of its own, so that
-    logging's last resort still prints its warnings."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        args = record.args
-        if isinstance(args, tuple) and len(args) == 2 and record.exc_info:
-            timer = getattr(args[1], "timer", None)
-            exc = record.exc_info[1]
-            if isinstance(timer, ManualTimer) and exc is not None:
-                timer.task_errors.append(exc)
-        return True
-
-
-_filter_lock = threading.Lock()
-_filter: _TaskErrors | None = None
-
-
-def _watch_task_errors() -> None:
-    global _filter
-    if _filter is None:
-        with _filter_lock:
-            if _filter is None:
-                _filter = _TaskErrors()
-                logging.getLogger("hwtimer").addFilter(_filter)
 
 
 @contextlib.contextmanager

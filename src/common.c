@@ -203,6 +203,20 @@ const char *hwtimer_type_name(PyTypeObject *tp)
 
 /* ---- logging ---- */
 
+/* Hands a ManualTimer's task error to its _task_failed(exc), which keeps
+   it for the test (hwtimer.testing), whatever the logger lets through. */
+static void keep_manual_error(TimerObject *timer, PyObject *exc)
+{
+    PyObject *keep = PyObject_GetAttrString((PyObject *)timer, "_task_failed");
+    PyObject *r = keep ? PyObject_CallOneArg(keep, exc) : NULL;
+    if (!keep && PyErr_ExceptionMatches(PyExc_AttributeError))
+        PyErr_Clear(); /* not a hwtimer.testing.ManualTimer */
+    else if (!r)
+        PyErr_WriteUnraisable((PyObject *)timer);
+    Py_XDECREF(r);
+    Py_XDECREF(keep);
+}
+
 void hwtimer_log_task_error(hwtimer_state *st, PyObject *timeout)
 {
     PyObject *type, *exc, *tb;
@@ -210,6 +224,9 @@ void hwtimer_log_task_error(hwtimer_state *st, PyObject *timeout)
     PyErr_NormalizeException(&type, &exc, &tb);
     if (tb && exc)
         PyException_SetTraceback(exc, tb);
+    TimerObject *timer = TIMER_OF((TimeoutObject *)timeout);
+    if (timer->manual && exc)
+        keep_manual_error(timer, exc);
     PyObject *task = ((TimeoutObject *)timeout)->task;
     PyObject *args = Py_BuildValue("(sOO)", "task %r of %r raised", task, timeout);
     PyObject *kwargs = Py_BuildValue("{s:O}", "exc_info", exc ? exc : Py_None);

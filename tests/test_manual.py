@@ -251,6 +251,29 @@ def test_task_errors_are_logged_and_do_not_stop_the_advance(
     assert any(r.exc_info and r.exc_info[0] is ValueError for r in caplog.records)
 
 
+@pytest.mark.parametrize("quiet", ["level", "disable", "filter"])
+def test_task_errors_are_kept_however_the_logger_is_set(manual: ManualTimer, quiet: str) -> None:
+    # a test that quietens hwtimer's warnings still fails on a task's error
+    logger = logging.getLogger("hwtimer")
+    level = logger.level
+    refuse = logging.Filter("nothing")
+    if quiet == "level":
+        logger.setLevel(logging.ERROR)
+    elif quiet == "disable":
+        logging.disable(logging.WARNING)
+    else:
+        logger.addFilter(refuse)
+    try:
+        manual.new_timeout(lambda t: 1 / 0, 0.01)
+        assert manual.advance(1) == 1
+    finally:
+        logger.setLevel(level)
+        logging.disable(logging.NOTSET)
+        logger.removeFilter(refuse)
+    assert [type(e) for e in manual.task_errors] == [ZeroDivisionError]
+    manual.task_errors.clear()
+
+
 def test_stats_count_exact_ticks_and_lateness(manual: ManualTimer) -> None:
     for _ in range(3):
         manual.new_timeout(noop, 0.0105)
