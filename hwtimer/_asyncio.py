@@ -19,13 +19,16 @@ import sys
 import weakref
 from collections.abc import Awaitable
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, TypeVar, Union, overload
+from typing import Any, TypeVar, Union, overload
 
 from ._default import default_timer
-from ._hwtimer import TimeoutScope, _follow_loop_time, _ManualTimer, _setup_scopes
-
-if TYPE_CHECKING:
-    from . import HashedWheelTimer
+from ._hwtimer import (
+    HashedWheelTimer,
+    TimeoutScope,
+    _follow_loop_time,
+    _ManualTimer,
+    _setup_scopes,
+)
 
 __all__ = ["TimeoutScope", "sleep", "timeout", "timeout_at", "wait_for"]
 
@@ -251,6 +254,8 @@ async def sleep(
         raise ValueError("Invalid delay: NaN (not a number)")
     if timer is None:
         timer = default_timer()
+    elif not isinstance(timer, HashedWheelTimer):
+        raise TypeError(f"timer must be a HashedWheelTimer or None, not {type(timer).__name__}")
     if _follow_loop_time(None) and not isinstance(timer, _ManualTimer):
         # hwtimer.testing.follow_loop_time(): the loop's clock rules
         return await asyncio.sleep(delay, result)

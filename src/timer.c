@@ -634,10 +634,17 @@ PyObject *hwtimer_call_every(TimerObject *self, int64_t delay, int64_t period_ns
 
 /* Refuses a closed `loop` as asyncio does: the sink of a loop the timer
    has delivered to would take the callback and never run it.  Returns 0,
-   or -1 with RuntimeError. */
+   or -1 with RuntimeError (TypeError for what is no loop). */
 static int refuse_closed_loop(PyObject *loop)
 {
-    PyObject *closed = PyObject_CallMethod(loop, "is_closed", NULL);
+    PyObject *method = PyObject_GetAttrString(loop, "is_closed");
+    if (!method && PyErr_ExceptionMatches(PyExc_AttributeError)) {
+        PyErr_Format(PyExc_TypeError, "loop must be an asyncio event loop or None, not %.200s",
+                     hwtimer_type_name(Py_TYPE(loop)));
+        return -1;
+    }
+    PyObject *closed = method ? PyObject_CallNoArgs(method) : NULL;
+    Py_XDECREF(method);
     int is_closed = closed ? PyObject_IsTrue(closed) : -1;
     Py_XDECREF(closed);
     if (is_closed > 0)

@@ -180,6 +180,24 @@ def test_call_later_order_of_same_deadline_batch(run: Any) -> None:
     run(main)
 
 
+@pytest.mark.parametrize("not_a_loop", [5, "loop", object()])
+def test_what_is_no_loop_or_timer_is_a_type_error(not_a_loop: object) -> None:
+    timer = hwtimer.HashedWheelTimer(0.01)
+
+    async def main() -> None:
+        for method in (timer.call_later, timer.call_every):
+            with pytest.raises(TypeError, match="loop must be an asyncio event loop"):
+                method(1, print, loop=not_a_loop)
+        with pytest.raises(TypeError, match="timer must be a HashedWheelTimer"):
+            await hwtimer.sleep(0.01, timer=not_a_loop)
+
+    try:
+        asyncio.run(main())
+        assert timer.stats()["scheduled"] == 0
+    finally:
+        timer.stop()
+
+
 def test_call_later_context(run: Any) -> None:
     var: contextvars.ContextVar[str] = contextvars.ContextVar("var", default="unset")
 
