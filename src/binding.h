@@ -429,6 +429,11 @@ void hwtimer_track_taken_back(hwtimer_state *st);
 /* Drops the wheel's references to a chain of nodes (link.next). */
 void hwtimer_release_chain(hwt_timeout *node);
 double hwtimer_deadline_seconds(TimeoutObject *to);
+/* Timeout.cancel(), which call_later()'s Timeout extends. */
+PyObject *hwtimer_timeout_cancel(TimeoutObject *self, PyObject *unused);
+#define HWTIMER_CANCEL_DOC                                                                         \
+    "cancel($self, /)\n--\n\nCancels the timeout.  True if this call cancelled it, "               \
+    "False if it had already expired or been cancelled."
 /* The Timeout's GC slots and dealloc, shared by its subtypes. */
 int hwtimer_timeout_traverse(TimeoutObject *self, visitproc visit, void *arg);
 int hwtimer_timeout_clear(TimeoutObject *self);

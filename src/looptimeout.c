@@ -172,8 +172,30 @@ static void loop_timeout_dealloc(LoopTimeoutObject *self)
     Py_XDECREF(sink);
 }
 
+/* cancel(): Timeout's.  A call_later() callback that it cancelled will
+   never run: its arguments go at once, as asyncio's handles let go of
+   theirs, not when the caller drops the handle.  A call_every() callback
+   keeps them: it may be in its run, which uses them. */
+static PyObject *loop_timeout_cancel(LoopTimeoutObject *self, PyObject *unused)
+{
+    PyObject *r = hwtimer_timeout_cancel(&self->base, unused);
+    if (r == Py_True && self->period == 0) {
+        PyObject *args = self->args; /* its release may run Python */
+        self->args = TIMER_OF(&self->base)->module_state->empty_tuple;
+        Py_INCREF(self->args);
+        Py_XDECREF(args);
+    }
+    return r;
+}
+
+static PyMethodDef loop_timeout_methods[] = {
+    {"cancel", (PyCFunction)loop_timeout_cancel, METH_NOARGS, HWTIMER_CANCEL_DOC},
+    {NULL, NULL, 0, NULL},
+};
+
 static PyType_Slot loop_timeout_slots[] = {
     {Py_tp_doc, "A callback scheduled by HashedWheelTimer.call_later()."},
+    {Py_tp_methods, loop_timeout_methods},
     {Py_tp_new, hwtimer_new_refused},
     {Py_tp_dealloc, loop_timeout_dealloc},
     {Py_tp_traverse, loop_timeout_traverse},

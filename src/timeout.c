@@ -143,7 +143,7 @@ static void release_taken_back(TimeoutObject *to)
     Py_DECREF(to);
 }
 
-static PyObject *timeout_cancel(TimeoutObject *self, PyObject *unused)
+PyObject *hwtimer_timeout_cancel(TimeoutObject *self, PyObject *unused)
 {
     (void)unused;
     int r = hwt_timeout_cancel_take(&self->node);
@@ -269,10 +269,7 @@ void hwtimer_timeout_dealloc(TimeoutObject *self)
 }
 
 static PyMethodDef timeout_methods[] = {
-    {"cancel", (PyCFunction)timeout_cancel, METH_NOARGS,
-     "cancel($self, /)\n--\n\nCancels the timeout.  True if this call cancelled it, False if it "
-     "had "
-     "already expired or been cancelled."},
+    {"cancel", (PyCFunction)hwtimer_timeout_cancel, METH_NOARGS, HWTIMER_CANCEL_DOC},
     {"reset", (PyCFunction)timeout_reset, METH_O,
      "reset($self, delay, /)\n--\n\nMoves a pending timeout's deadline to delay seconds from "
      "now.  True if it was pending and is re-armed (its task runs at most once, never at the old "

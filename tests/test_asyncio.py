@@ -164,6 +164,22 @@ def test_call_later_cancel(run: Any) -> None:
     run(main)
 
 
+def test_call_later_cancel_lets_go_of_the_arguments(run: Any) -> None:
+    # as asyncio's handle.cancel() does: a handle kept after its cancel
+    # does not keep what the callback would have got
+    async def main() -> None:
+        payload = _Payload()
+        watch = weakref.ref(payload)
+        handle = hwtimer.default_timer().call_later(0.5, print, payload)
+        del payload
+        assert watch() is not None
+        assert handle.cancel() is True
+        assert watch() is None
+        assert handle.task is print and handle.is_cancelled()
+
+    run(main)
+
+
 def test_call_later_order_of_same_deadline_batch(run: Any) -> None:
     async def main() -> None:
         loop = asyncio.get_running_loop()
