@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import random
 import sys
 import threading
@@ -74,8 +75,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fire", type=float, default=0.05, help="share of them left to fire")
     parser.add_argument("--tick", type=float, default=0.01, help="tick_duration in seconds")
     args = parser.parse_args(argv)
-    if args.n <= 0 or not 0.0 <= args.fire <= 1.0 or args.tick <= 0:
-        parser.error("-n must be > 0, --fire in [0, 1], --tick > 0")
+    if args.n <= 0 or not 0.0 <= args.fire <= 1.0 or not 0 < args.tick < math.inf:
+        parser.error("-n must be > 0, --fire in [0, 1], --tick a number of seconds > 0")
+    try:
+        timer = HashedWheelTimer(args.tick, 512, thread_name="hwtimer-demo")
+    except ValueError as e:
+        parser.error(f"--tick {args.tick:g}: {e}")
+    tick = timer.tick_duration  # a tick below the finest is clamped (with a warning)
 
     print(f"hwtimer on CPython {sys.version.split()[0]}, {_backend} backend")
     lateness: list[float] = []
@@ -90,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
             if len(lateness) == n_fire:
                 done.set()
 
-    with HashedWheelTimer(args.tick, 512, thread_name="hwtimer-demo") as timer:
+    with timer:
         # Request timeouts: all due within a second, most cancelled at once.
         start = time.perf_counter()
         fire = set(random.sample(range(args.n), n_fire))
@@ -108,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         if n_fire:
             done.wait(30)
         else:
-            time.sleep(2 * args.tick)
+            time.sleep(2 * tick)
         stats = timer.stats()
 
         pairs = min(args.n, 200_000)
@@ -123,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     if lateness:
         print(
-            f"lateness (task start - deadline), tick {args.tick * 1e3:g} ms: "
+            f"lateness (task start - deadline), tick {tick * 1e3:g} ms: "
             f"p50 {_percentile(lateness, 0.5) * 1e3:.2f} ms, "
             f"p99 {_percentile(lateness, 0.99) * 1e3:.2f} ms, "
             f"max {lateness[-1] * 1e3:.2f} ms, "

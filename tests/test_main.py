@@ -55,3 +55,18 @@ def test_main_refuses_bad_arguments() -> None:
     proc = run_main("-n", "0")
     assert proc.returncode == 2
     assert "-n must be > 0" in proc.stderr
+
+
+def test_main_refuses_a_tick_that_is_no_finite_duration() -> None:
+    for tick in ("nan", "inf", "-1", "1e300"):
+        proc = run_main("--tick", tick)
+        assert proc.returncode == 2, (tick, proc.stderr)
+        assert "usage: python -m hwtimer" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_main_reports_the_tick_the_timer_runs_at() -> None:
+    # a tick below the finest is clamped: the report says the one in use
+    proc = run_main("-n", "2000", "--tick", "0.0001")
+    assert proc.returncode == 0, proc.stderr
+    assert "clamped to 0.001 s" in proc.stderr
+    assert "tick 1 ms:" in proc.stdout, proc.stdout
