@@ -185,6 +185,7 @@ struct TimerObject {
     double tick_duration;
     int64_t max_pending;
     uint64_t task_errors;
+    uint64_t catch_up_runs; /* periodic runs begun at once after the one before */
     TimerObject *running_next, *running_prev; /* in module_state->running_timers */
     bool running;                             /* started, not stopped */
     /* owned list, or NULL: periodic timeouts whose run ended after stop()

@@ -34,21 +34,25 @@ static uint64_t periodic_runs(hwt_timeout *node)
 
 /* What advance() returns: how many tasks ran or were handed over.  The
    core counts one-shot expiries; runs of periodic timeouts the steps count
-   as they deliver them. */
+   as they deliver them, and the runner those that catch up at once after
+   the run before ("burst", "delay"). */
 typedef struct {
     uint64_t expired_before;
+    uint64_t catch_ups_before;
     uint64_t periodic;
 } ran_count;
 
 static void count_start(TimerObject *self, ran_count *c)
 {
     c->expired_before = expired_count(self);
+    c->catch_ups_before = self->catch_up_runs;
     c->periodic = 0;
 }
 
 static uint64_t count_end(TimerObject *self, const ran_count *c)
 {
-    return expired_count(self) - c->expired_before + c->periodic;
+    return expired_count(self) - c->expired_before + c->periodic +
+           (self->catch_up_runs - c->catch_ups_before);
 }
 
 /* Moves the clock to `now` (>= the clock) and lets the wheel process every

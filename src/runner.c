@@ -208,6 +208,7 @@ int hwtimer_run_timeout(TimerObject *timer, TimeoutObject *to, hwtimer_batch *ba
         }
         if (!rearm(timer, to, start, end))
             return 0;
+        timer->catch_up_runs++; /* the next run, due already, begins here */
     }
 }
 

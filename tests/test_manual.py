@@ -740,6 +740,17 @@ def test_advancing_over_n_periods_runs_a_periodic_timeout_n_times(make_manual, m
     assert timer.advance(10) == 0 and task.count == 20
 
 
+@pytest.mark.parametrize("missed, runs", [("skip", 10), ("delay", 10), ("burst", 100)])
+def test_a_period_shorter_than_the_tick(make_manual, missed: str, runs: int) -> None:
+    # a tick's end is a period or more past the last run: only "burst"
+    # catches up on every grid point, back to back at the tick's end
+    timer = make_manual(0.01, 16)
+    task = Recorder(timer)
+    timer.new_periodic(task, 0.001, missed=missed)
+    assert timer.advance(0.1) == runs
+    assert sorted(set(task.times)) == pytest.approx([0.01 * k for k in range(1, 11)])
+
+
 def test_periodic_with_a_first_delay_and_stop(make_manual) -> None:
     timer = make_manual(0.1, 8)
     task = Recorder(timer)
