@@ -492,6 +492,7 @@ static int sink_clear(LoopSinkObject *self)
         self->owns_loop = false;
         Py_CLEAR(self->loop);
     }
+    self->loop = NULL; /* borrowed, and maybe freed in the same collection */
     return 0;
 }
 

@@ -11,7 +11,7 @@
    has been collected. */
 PyObject *hwtimer_sink_loop(LoopSinkObject *self)
 {
-    PyObject *loop = self->owns_loop || !self->loop_ref ? self->loop : NULL;
+    PyObject *loop = self->owns_loop ? self->loop : NULL;
     if (self->loop_ref && !self->owns_loop) {
 #ifdef Py_LIMITED_API
         /* calling a weak reference gives a strong one, or None */

@@ -639,6 +639,7 @@ static int refuse_closed_loop(PyObject *loop)
 {
     PyObject *method = PyObject_GetAttrString(loop, "is_closed");
     if (!method && PyErr_ExceptionMatches(PyExc_AttributeError)) {
+        PyErr_Clear();
         PyErr_Format(PyExc_TypeError, "loop must be an asyncio event loop or None, not %.200s",
                      hwtimer_type_name(Py_TYPE(loop)));
         return -1;

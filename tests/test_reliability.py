@@ -666,3 +666,60 @@ def test_sink_registered_after_its_timer_was_collected() -> None:
     proc = run_python(code, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "ok\n"
+
+
+def test_timer_and_loop_in_one_collection() -> None:
+    # A collection that clears the loop's sink before the timer (the loop
+    # freed) must not have the timer's clear ask that loop anything.
+    code = """
+    import asyncio, gc, warnings
+    import hwtimer
+
+    warnings.simplefilter("ignore")
+
+    class CycleTimer(hwtimer.HashedWheelTimer):
+        pass
+
+    gc.disable()
+    timer = CycleTimer(tick_duration=0.01)
+    timer.me = timer
+    gc.collect(0)  # the timer goes to an older generation than the loop
+    loop = asyncio.new_event_loop()
+    timer.call_later(10, print, "never", loop=loop)
+    timer.stop()
+    del timer, loop
+    gc.collect()
+    print("ok")
+    """
+    proc = run_python(code, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "ok\n"
+
+
+def test_timer_dropped_while_its_sink_asks_for_a_reader() -> None:
+    # add_reader() runs Python, which may drop the last reference to the
+    # timer: the sink then has no timer to name its posting thread after.
+    code = """
+    import asyncio, gc
+    import hwtimer
+
+    holder = []
+
+    class DroppingLoop(asyncio.SelectorEventLoop):
+        def add_reader(self, *args):
+            holder.clear()
+            gc.collect()
+            raise NotImplementedError
+
+    loop = DroppingLoop()
+    holder.append(hwtimer.HashedWheelTimer(0.01, thread_name="x" * 40))
+    holder[0].call_later(10, print, "never", loop=loop).cancel()
+    holder[0].stop()
+    junk = [bytearray(64) for _ in range(10000)]
+    loop.run_until_complete(asyncio.sleep(0.05))
+    loop.close()
+    print("ok")
+    """
+    proc = run_python(code, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "ok\n"
