@@ -185,7 +185,6 @@ struct TimerObject {
     double tick_duration;
     int64_t max_pending;
     uint64_t task_errors;
-    uint64_t catch_up_runs; /* periodic runs begun at once after the one before */
     TimerObject *running_next, *running_prev; /* in module_state->running_timers */
     bool running;                             /* started, not stopped */
     /* owned list, or NULL: periodic timeouts whose run ended after stop()
@@ -462,11 +461,12 @@ int hwtimer_loop_report(LoopTimeoutObject *to);
    times only some of them (runner.c says which). */
 #define HWTIMER_UNREAD INT64_MIN
 typedef struct {
-    int64_t now;  /* when the task before ended, or HWTIMER_UNREAD */
-    uint64_t ran; /* tasks begun */
-    bool last;    /* the next task is the batch's last */
+    int64_t now;        /* when the task before ended, or HWTIMER_UNREAD */
+    uint64_t ran;       /* tasks begun */
+    uint64_t caught_up; /* periodic runs begun at once after the one before */
+    bool last;          /* the next task is the batch's last */
 } hwtimer_batch;
-#define HWTIMER_BATCH_INIT {.now = HWTIMER_UNREAD, .ran = 0, .last = false}
+#define HWTIMER_BATCH_INIT {.now = HWTIMER_UNREAD, .ran = 0, .caught_up = 0, .last = false}
 /* The task runner: runs the task of a delivered timeout on this thread as
    the next of `batch`, records its lateness and run time (if the batch
    times it), reports a failure and re-arms a periodic timeout (running its
@@ -481,8 +481,10 @@ void hwtimer_dispatch_timeout(TimerObject *timer, TimeoutObject *to, hwtimer_bat
    hwtimer_dispatch_timeout() submitted. */
 void hwtimer_run_submitted(TimerObject *timer, TimeoutObject *to);
 /* Runs a batch taken from the default sink: each expired new_timeout()
-   task in turn, on this thread (or its executor); releases the rest. */
-void hwtimer_run_batch(hwt_sink *default_sink, hwt_timeout *node);
+   task in turn, on this thread (or its executor); releases the rest.
+   Returns how many runs of periodic timeouts it began beyond one each
+   (those of "burst" and "delay" that catch up at once). */
+uint64_t hwtimer_run_batch(hwt_sink *default_sink, hwt_timeout *node);
 
 /* loopsink.c */
 extern PyType_Spec hwtimer_loop_sink_spec;

@@ -34,25 +34,23 @@ static uint64_t periodic_runs(hwt_timeout *node)
 
 /* What advance() returns: how many tasks ran or were handed over.  The
    core counts one-shot expiries; runs of periodic timeouts the steps count
-   as they deliver them, and the runner those that catch up at once after
-   the run before ("burst", "delay"). */
+   as they deliver them or run them here (a run that catches up at once
+   after the one before, under "burst" or "delay", is one more; a loop's
+   counts as handed over once). */
 typedef struct {
     uint64_t expired_before;
-    uint64_t catch_ups_before;
     uint64_t periodic;
 } ran_count;
 
 static void count_start(TimerObject *self, ran_count *c)
 {
     c->expired_before = expired_count(self);
-    c->catch_ups_before = self->catch_up_runs;
     c->periodic = 0;
 }
 
 static uint64_t count_end(TimerObject *self, const ran_count *c)
 {
-    return expired_count(self) - c->expired_before + c->periodic +
-           (self->catch_up_runs - c->catch_ups_before);
+    return expired_count(self) - c->expired_before + c->periodic;
 }
 
 /* Moves the clock to `now` (>= the clock) and lets the wheel process every
@@ -70,7 +68,7 @@ static int64_t step(TimerObject *self, int64_t now, ran_count *ran)
     hwt_timeout *batch = hwt_sink_take(default_sink);
     if (batch) {
         ran->periodic += periodic_runs(batch);
-        hwtimer_run_batch(default_sink, batch);
+        ran->periodic += hwtimer_run_batch(default_sink, batch);
         next = hwt_timer_advance(self->core, now); /* nothing is due: it transfers */
     }
     hwtimer_release_chain(hwt_timer_take_released(self->core));

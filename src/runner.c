@@ -208,7 +208,7 @@ int hwtimer_run_timeout(TimerObject *timer, TimeoutObject *to, hwtimer_batch *ba
         }
         if (!rearm(timer, to, start, end))
             return 0;
-        timer->catch_up_runs++; /* the next run, due already, begins here */
+        batch->caught_up++; /* the next run, due already, begins here */
     }
 }
 
@@ -258,7 +258,7 @@ static inline void prefetch_after(hwt_timeout *next)
     }
 }
 
-void hwtimer_run_batch(hwt_sink *default_sink, hwt_timeout *node)
+uint64_t hwtimer_run_batch(hwt_sink *default_sink, hwt_timeout *node)
 {
     hwtimer_batch batch = HWTIMER_BATCH_INIT;
     TimerObject **current = hwtimer_current_task_slot();
@@ -285,4 +285,5 @@ void hwtimer_run_batch(hwt_sink *default_sink, hwt_timeout *node)
         Py_DECREF(to); /* the wheel's reference: may free the timer too */
         node = next;
     }
+    return batch.caught_up;
 }

@@ -75,6 +75,19 @@ def test_call_every_runs_at_each_tick_on_the_loop(manual_timer: ManualTimer, run
     run(main)
 
 
+def test_a_loops_catch_up_runs_count_as_one_hand_over(manual_timer: ManualTimer, run: Any) -> None:
+    # a "burst" callback shorter than the tick is handed over once a tick
+    # and catches up in the loop: advance_async() counts the hand-overs
+    async def main() -> None:
+        runs: list[float] = []
+        handle = manual_timer.call_every(0.0001, lambda: runs.append(1), missed="burst")
+        assert await manual_timer.advance_async(0.01) == 10
+        assert len(runs) == 100
+        assert handle.cancel()
+
+    run(main)
+
+
 def test_call_later_from_another_thread_with_loop_given(
     manual_timer: ManualTimer, run: Any
 ) -> None:
