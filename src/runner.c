@@ -27,12 +27,19 @@ static int call_once(TimerObject *timer, TimeoutObject *to)
     return call_task(timer, to, &hwtimer_current_task_timer);
 }
 
+/* `to` as a new_periodic() Timeout, or NULL for any other kind. */
+static PeriodicTimeoutObject *as_periodic(TimerObject *timer, TimeoutObject *to)
+{
+    return Py_TYPE(to) == timer->module_state->periodic_type ? (PeriodicTimeoutObject *)to : NULL;
+}
+
 /* Marks a periodic timeout as submitted, its run not yet begun, or not
    (on/off); a one-shot needs no mark. */
 static void mark_submitted(TimerObject *timer, TimeoutObject *to, bool on)
 {
-    if (Py_TYPE(to) == timer->module_state->periodic_type)
-        ((PeriodicTimeoutObject *)to)->submitted = on;
+    PeriodicTimeoutObject *periodic = as_periodic(timer, to);
+    if (periodic)
+        periodic->submitted = on;
 }
 
 void hwtimer_run_submitted(TimerObject *timer, TimeoutObject *to)
@@ -63,9 +70,9 @@ static PyObject *submitted_done(PyObject *timeout, PyObject *future)
     TimerObject *timer = TIMER_OF(to);
     timer->task_errors++;
     hwtimer_log_task_error(timer->module_state, timeout);
-    if (Py_TYPE(to) == timer->module_state->periodic_type &&
-        ((PeriodicTimeoutObject *)to)->submitted) {
-        mark_submitted(timer, to, false);
+    PeriodicTimeoutObject *periodic = as_periodic(timer, to);
+    if (periodic && periodic->submitted) {
+        periodic->submitted = false;
         hwt_timeout_finish(&to->node, HWT_EXPIRED); /* or cancelled meanwhile */
     }
     Py_RETURN_NONE;
