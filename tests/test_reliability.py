@@ -638,14 +638,28 @@ def test_timer_freed_by_the_gc_closes_its_loop_sinks() -> None:
     assert new_fds <= 0 and new_readers == 0, (new_fds, new_readers)
 
 
-def test_sink_registered_after_its_timer_was_collected() -> None:
-    code = """
-    import asyncio, gc
+# what the children below share: a timer class whose instances can hold
+# themselves, so that only the cyclic GC frees them
+GC_PRELUDE = """
+    import asyncio, gc, warnings
     import hwtimer
 
     class CycleTimer(hwtimer.HashedWheelTimer):
         pass
+"""
 
+
+def assert_child_prints_ok(code: str) -> None:
+    """Runs GC_PRELUDE + code in a fresh interpreter, which must print "ok"
+    and exit cleanly (not crash on freed memory)."""
+    proc = run_python(GC_PRELUDE + code, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "ok\n"
+
+
+def test_sink_registered_after_its_timer_was_collected() -> None:
+    assert_child_prints_ok(
+        """
     class NoReaderLoop(asyncio.SelectorEventLoop):
         def add_reader(self, *args):
             raise NotImplementedError
@@ -663,23 +677,15 @@ def test_sink_registered_after_its_timer_was_collected() -> None:
     loop.close()
     print("ok")
     """
-    proc = run_python(code, timeout=60)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout == "ok\n"
+    )
 
 
 def test_timer_and_loop_in_one_collection() -> None:
     # A collection that clears the loop's sink before the timer (the loop
     # freed) must not have the timer's clear ask that loop anything.
-    code = """
-    import asyncio, gc, warnings
-    import hwtimer
-
+    assert_child_prints_ok(
+        """
     warnings.simplefilter("ignore")
-
-    class CycleTimer(hwtimer.HashedWheelTimer):
-        pass
-
     gc.disable()
     timer = CycleTimer(tick_duration=0.01)
     timer.me = timer
@@ -691,18 +697,14 @@ def test_timer_and_loop_in_one_collection() -> None:
     gc.collect()
     print("ok")
     """
-    proc = run_python(code, timeout=60)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout == "ok\n"
+    )
 
 
 def test_timer_dropped_while_its_sink_asks_for_a_reader() -> None:
     # add_reader() runs Python, which may drop the last reference to the
     # timer: the sink then has no timer to name its posting thread after.
-    code = """
-    import asyncio, gc
-    import hwtimer
-
+    assert_child_prints_ok(
+        """
     holder = []
 
     class DroppingLoop(asyncio.SelectorEventLoop):
@@ -720,6 +722,4 @@ def test_timer_dropped_while_its_sink_asks_for_a_reader() -> None:
     loop.close()
     print("ok")
     """
-    proc = run_python(code, timeout=60)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout == "ok\n"
+    )
