@@ -488,7 +488,11 @@ def test_spread_of_a_known_layout(make_timer, registry, otel_reader):
         stats = timer.stats()
         return sum(lv["timeouts"] for lv in stats["levels"]) + stats["never_due"] == 10
 
-    assert wait_for(in_wheel)
+    # a worker held up past 2 s (a slow machine) takes the first five in
+    # only to expire them: the layout is then never whole
+    assert wait_for(lambda: in_wheel() or timer.stats()["expired"] > 0)
+    if not in_wheel():
+        pytest.skip("timeouts fell due before the worker took them in (a slow machine)")
     stats = timer.stats()
     if stats["levels"][0]["timeouts"] != 5:
         pytest.skip("the wheel's turn ended between the schedules (a slow machine)")
