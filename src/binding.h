@@ -462,17 +462,19 @@ int hwtimer_loop_report(LoopTimeoutObject *to);
 #define HWTIMER_UNREAD INT64_MIN
 typedef struct {
     int64_t now;        /* when the task before ended, or HWTIMER_UNREAD */
-    uint64_t ran;       /* tasks begun */
-    uint64_t caught_up; /* periodic runs begun at once after the one before */
-    bool last;          /* the next task is the batch's last */
+    uint64_t ran;          /* tasks begun */
+    uint64_t periodic_ran; /* of which runs of periodic timeouts */
+    bool last;             /* the next task is the batch's last */
 } hwtimer_batch;
-#define HWTIMER_BATCH_INIT {.now = HWTIMER_UNREAD, .ran = 0, .caught_up = 0, .last = false}
+#define HWTIMER_BATCH_INIT {.now = HWTIMER_UNREAD, .ran = 0, .periodic_ran = 0, .last = false}
 /* The task runner: runs the task of a delivered timeout on this thread as
    the next of `batch`, records its lateness and run time (if the batch
    times it), reports a failure and re-arms a periodic timeout (running its
-   missed runs back to back when its policy says so).  Returns 0, or -1
-   with KeyboardInterrupt or SystemExit set from a call_later callback;
-   other errors are reported. */
+   missed runs back to back when its policy says so and no other task
+   waits; else they wait their turn on the wheel).  A periodic timeout
+   reset since its delivery does not run: it goes back on the wheel at its
+   new deadline.  Returns 0, or -1 with KeyboardInterrupt or SystemExit set
+   from a call_later callback; other errors are reported. */
 int hwtimer_run_timeout(TimerObject *timer, TimeoutObject *to, hwtimer_batch *batch);
 /* The dispatch thread's: runs a new_timeout task as the next of `batch`
    with the runner, or submits it to the executor.  Never fails. */
@@ -482,8 +484,7 @@ void hwtimer_dispatch_timeout(TimerObject *timer, TimeoutObject *to, hwtimer_bat
 void hwtimer_run_submitted(TimerObject *timer, TimeoutObject *to);
 /* Runs a batch taken from the default sink: each expired new_timeout()
    task in turn, on this thread (or its executor); releases the rest.
-   Returns how many runs of periodic timeouts it began beyond one each
-   (those of "burst" and "delay" that catch up at once). */
+   Returns how many runs of periodic timeouts it began here. */
 uint64_t hwtimer_run_batch(hwt_sink *default_sink, hwt_timeout *node);
 
 /* loopsink.c */

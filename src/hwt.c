@@ -1189,7 +1189,9 @@ static void count_out(hwt_timer *t, uint32_t final)
     atomic_fetch_add(final == HWT_EXPIRED ? &t->expired_out : &t->cancelled_out, 1);
 }
 
-int hwt_timeout_rearm(hwt_timeout *to, int64_t period_ns, int64_t start, int64_t end)
+/* hwt_timeout_rearm(), and with `next_run` false hwt_timeout_requeue():
+   back on the wheel at the deadline it has. */
+static int rearm(hwt_timeout *to, bool next_run, int64_t period_ns, int64_t start, int64_t end)
 {
     hwt_timer *t = to->sink->timer;
     start -= t->start_time;
@@ -1203,13 +1205,13 @@ int hwt_timeout_rearm(hwt_timeout *to, int64_t period_ns, int64_t start, int64_t
         atomic_store(&to->state, HWT_CANCELLED);
         r = s == HWT_CANCELLED ? HWT_ECANCELLED : HWT_ESTOPPED;
         count_out(t, HWT_CANCELLED);
-    } else if (s == HWT_RUNNING) {
+    } else if (s == HWT_RUNNING && next_run) {
         bool again;
         int missed = (int)((to->flags & MISSED_MASK) >> MISSED_SHIFT);
         set_deadline(
             to, hwt_periodic_next(hwt_timeout_deadline(to), period_ns, missed, start, end, &again));
         r = again ? HWT_EAGAIN : HWT_OK;
-    } /* RUNNING_RESET: the reset set the next deadline */
+    } /* RUNNING_RESET: the reset set the next deadline; a requeue keeps it */
     if (r == HWT_OK) {
         /* pushed under the lock: stop() closes the stack only after it
            has set cancel_closed, so it is open, and stop() will sweep it */
@@ -1222,6 +1224,16 @@ int hwt_timeout_rearm(hwt_timeout *to, int64_t period_ns, int64_t start, int64_t
     if (r == HWT_OK)
         wake_for(t, next);
     return r;
+}
+
+int hwt_timeout_rearm(hwt_timeout *to, int64_t period_ns, int64_t start, int64_t end)
+{
+    return rearm(to, true, period_ns, start, end);
+}
+
+int hwt_timeout_requeue(hwt_timeout *to)
+{
+    return rearm(to, false, 0, 0, 0);
 }
 
 uint32_t hwt_timeout_finish(hwt_timeout *to, uint32_t final)
@@ -1556,6 +1568,14 @@ hwt_timeout *hwt_sink_take(hwt_sink *s)
     s->head = s->tail = NULL;
     pthread_mutex_unlock(&s->lock);
     return list;
+}
+
+bool hwt_sink_has_work(hwt_sink *s)
+{
+    pthread_mutex_lock(&s->lock);
+    bool work = s->head != NULL;
+    pthread_mutex_unlock(&s->lock);
+    return work;
 }
 
 void hwt_sink_put_back(hwt_sink *s, hwt_timeout *list)

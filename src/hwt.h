@@ -67,7 +67,7 @@ typedef struct hwt_link {
      RESET    on the wheel, a reset queued for the worker to relink it;
               never expired in this state, so never at the old deadline
      RUNNING  periodic: delivered, its run about to start or going; off the
-              wheel until hwt_timeout_rearm() puts it back
+              wheel until hwt_timeout_rearm() or _requeue() puts it back
      RUNNING_RESET  the same, with a reset already fixing the next deadline
    QUEUED -> INIT (the worker's transfer), INIT -> RESET -> INIT (the
    worker), INIT -> EXPIRED (one-shot expiry), INIT -> RUNNING -> QUEUED
@@ -256,6 +256,13 @@ int64_t hwt_periodic_next(int64_t deadline, int64_t period, int missed, int64_t 
                     caller's (stop() did not see it: hand it to the user). */
 int hwt_timeout_rearm(hwt_timeout *to, int64_t period_ns, int64_t start, int64_t end);
 
+/* Puts a delivered periodic timeout (RUNNING or RUNNING_RESET) back on the
+   wheel at the deadline it has, as due already or as reset, without a run:
+   one reset before its run began, or one whose next run hwt_timeout_rearm()
+   found due at once and that must wait behind other due work.  Returns
+   HWT_OK, HWT_ECANCELLED or HWT_ESTOPPED, as hwt_timeout_rearm() does. */
+int hwt_timeout_requeue(hwt_timeout *to);
+
 /* Ends a delivered periodic timeout for good (its task raised: `final`
    HWT_EXPIRED; it will not run: HWT_CANCELLED), unless a cancel came
    first, and counts it.  Returns its final state; the caller owns it. */
@@ -369,6 +376,8 @@ void hwt_sink_destroy(hwt_sink *s);
 
 /* Takes everything delivered, oldest first (NULL if nothing). */
 hwt_timeout *hwt_sink_take(hwt_sink *s);
+/* Whether something delivered waits to be taken. */
+bool hwt_sink_has_work(hwt_sink *s);
 /* Puts `list` (oldest first) back in front of what is queued. */
 void hwt_sink_put_back(hwt_sink *s, hwt_timeout *list);
 /* Blocks until something is delivered, the sink is finished, or (the

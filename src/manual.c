@@ -23,20 +23,11 @@ static uint64_t expired_count(TimerObject *self)
     return s.expired;
 }
 
-/* Runs of periodic timeouts in a chain of delivered timeouts. */
-static uint64_t periodic_runs(hwt_timeout *node)
-{
-    uint64_t n = 0;
-    for (; node; node = hwt_timeout_of(node->link.next))
-        n += hwt_timeout_periodic(node);
-    return n;
-}
-
 /* What advance() returns: how many tasks ran or were handed over.  The
    core counts one-shot expiries; runs of periodic timeouts the steps count
-   as they deliver them or run them here (a run that catches up at once
-   after the one before, under "burst" or "delay", is one more; a loop's
-   counts as handed over once). */
+   as they begin them here (each catch-up run of "burst" or "delay" is one
+   more; one cancelled or reset before its run is none) or hand them to a
+   loop (once each). */
 typedef struct {
     uint64_t expired_before;
     uint64_t periodic;
@@ -67,7 +58,6 @@ static int64_t step(TimerObject *self, int64_t now, ran_count *ran)
     ran->periodic += handed > 0 ? (uint64_t)handed : 0;
     hwt_timeout *batch = hwt_sink_take(default_sink);
     if (batch) {
-        ran->periodic += periodic_runs(batch);
         ran->periodic += hwtimer_run_batch(default_sink, batch);
         next = hwt_timer_advance(self->core, now); /* nothing is due: it transfers */
     }

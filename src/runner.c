@@ -127,6 +127,30 @@ static void keep_for_stop(TimerObject *timer, TimeoutObject *to)
         PyErr_Clear();
 }
 
+/* Puts a delivered periodic timeout back on the wheel at the deadline it
+   has (see hwt_timeout_requeue), without a run. */
+static void requeue(TimerObject *timer, TimeoutObject *to)
+{
+    Py_INCREF(to); /* the wheel's reference */
+    int r = hwt_timeout_requeue(&to->node);
+    if (r == HWT_OK)
+        return;
+    Py_DECREF(to); /* not the last: the caller holds one */
+    if (r == HWT_ESTOPPED)
+        keep_for_stop(timer, to);
+}
+
+/* Whether a periodic timeout whose next run fell due during its run must
+   let other due work run first: the rest of its batch, what its sink has
+   been handed since, or, for a call_every() callback, the loop's own work,
+   which this cannot see.  Back to back, a task slower than its period
+   would keep the thread for good. */
+static bool others_wait(TimerObject *timer, TimeoutObject *to, const hwtimer_batch *batch)
+{
+    hwt_sink *sink = to->node.sink;
+    return !batch->last || sink != hwt_timer_default_sink(timer->core) || hwt_sink_has_work(sink);
+}
+
 /* Puts a periodic timeout back after a run from `start` to `end`.
    Returns true when its next run is due now and may start. */
 static bool rearm(TimerObject *timer, TimeoutObject *to, int64_t start, int64_t end)
@@ -187,9 +211,16 @@ static inline int run_untimed(TimerObject *timer, TimeoutObject *to, hwtimer_bat
 int hwtimer_run_timeout(TimerObject *timer, TimeoutObject *to, hwtimer_batch *batch)
 {
     hwt_timeout *node = &to->node;
-    if (hwt_timeout_periodic(node) && atomic_load(&node->state) == HWT_CANCELLED) {
-        hwt_timeout_finish(node, HWT_CANCELLED); /* cancelled since it was delivered */
-        return 0;
+    if (hwt_timeout_periodic(node)) {
+        uint32_t state = atomic_load(&node->state);
+        if (state == HWT_CANCELLED) {
+            hwt_timeout_finish(node, HWT_CANCELLED); /* cancelled since it was delivered */
+            return 0;
+        }
+        if (state == HWT_RUNNING_RESET) {
+            requeue(timer, to); /* reset since: this run moves to the new deadline */
+            return 0;
+        }
     }
     bool timed = times_next(batch, node);
     batch->ran++;
@@ -198,6 +229,7 @@ int hwtimer_run_timeout(TimerObject *timer, TimeoutObject *to, hwtimer_batch *ba
     int64_t origin = hwt_timer_start_time(timer->core);
     if (batch->now == HWTIMER_UNREAD)
         batch->now = hwtimer_clock_ns(timer);
+    const int64_t began = batch->now; /* catch-up runs due by then run here */
     for (;;) {
         /* With the GIL held from the state's check above (or in rearm())
            to the call, no cancel() can return True in between: no run
@@ -205,6 +237,7 @@ int hwtimer_run_timeout(TimerObject *timer, TimeoutObject *to, hwtimer_batch *ba
         int64_t start = batch->now, deadline = origin + hwt_timeout_deadline(node);
         int failed = call_once(timer, to);
         int64_t end = batch->now = hwtimer_clock_ns(timer);
+        batch->periodic_ran += hwt_timeout_periodic(node);
         hwt_timer_record_task(timer->core, start - deadline, end - start);
         int r = failed ? report_failure(timer, to) : 0;
         if (!hwt_timeout_periodic(node))
@@ -215,7 +248,12 @@ int hwtimer_run_timeout(TimerObject *timer, TimeoutObject *to, hwtimer_batch *ba
         }
         if (!rearm(timer, to, start, end))
             return 0;
-        batch->caught_up++; /* the next run, due already, begins here */
+        /* The next run is due already: it begins here if it was due when
+           the first of these runs began, or if no other work waits. */
+        if (origin + hwt_timeout_deadline(node) > began && others_wait(timer, to, batch)) {
+            requeue(timer, to);
+            return 0;
+        }
     }
 }
 
@@ -292,5 +330,5 @@ uint64_t hwtimer_run_batch(hwt_sink *default_sink, hwt_timeout *node)
         Py_DECREF(to); /* the wheel's reference: may free the timer too */
         node = next;
     }
-    return batch.caught_up;
+    return batch.periodic_ran;
 }

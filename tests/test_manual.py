@@ -751,6 +751,23 @@ def test_a_period_shorter_than_the_tick(make_manual, missed: str, runs: int) -> 
     assert sorted(set(task.times)) == pytest.approx([0.01 * k for k in range(1, 11)])
 
 
+def test_advance_counts_only_the_periodic_runs_that_happen(make_manual) -> None:
+    # a task cancels, another resets, a periodic timeout due in the same
+    # tick, after them: neither runs then, and advance() does not count them
+    timer = make_manual(0.01, 16)
+    task = Recorder(timer)
+    doomed, moved = [], []
+    timer.new_timeout(lambda to: doomed[0].cancel(), 0.05)
+    timer.new_timeout(lambda to: moved[0].reset(1.0), 0.05)
+    doomed.append(timer.new_periodic(task, 0.05))
+    moved.append(timer.new_periodic(task, 0.05))
+    assert timer.advance(0.06) == 2  # the two one-shot tasks
+    assert task.calls == []
+    assert moved[0].deadline == pytest.approx(1.06)
+    assert timer.advance(1.01) == 1  # the moved one, at its new deadline
+    assert task.times == [pytest.approx(1.07)]
+
+
 def test_periodic_with_a_first_delay_and_stop(make_manual) -> None:
     timer = make_manual(0.1, 8)
     task = Recorder(timer)

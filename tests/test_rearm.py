@@ -512,6 +512,66 @@ def test_late_timer_skip_does_not_run_missed_deadlines(make_timer) -> None:
     assert ks[0] == 0 and ks[1] >= 10  # 1..9 were missed and dropped
 
 
+@pytest.mark.parametrize("missed", ["delay", "burst"])
+def test_a_periodic_that_cannot_catch_up_lets_other_tasks_run(timer, missed) -> None:
+    """A task slower than its period is due again as each run ends; its
+    catch-up runs wait behind the other due tasks rather than keep the
+    dispatch thread for good."""
+    runs = Runs(sleeps={k: 2.5 * P for k in range(1000)})
+    p = timer.new_periodic(runs, P, missed=missed)
+    ran = threading.Event()
+    timer.new_timeout(lambda to: ran.set(), 2 * P)
+    try:
+        assert ran.wait(DEADLINE)
+        assert runs.wait(runs.count + 2)  # and it goes on catching up
+    finally:
+        p.cancel()
+    assert runs.max_active == 1
+
+
+def test_a_call_every_that_cannot_catch_up_lets_its_loop_run(timer) -> None:
+    async def main() -> int:
+        calls = 0
+
+        def cb() -> None:
+            nonlocal calls
+            calls += 1
+            time.sleep(2.5 * P)
+
+        h = timer.call_every(P, cb, missed="burst")
+        await asyncio.sleep(5 * P)  # the loop gets its turn between runs
+        h.cancel()
+        return calls
+
+    result: list[int] = []
+    thread = threading.Thread(target=lambda: result.append(asyncio.run(main())), daemon=True)
+    thread.start()
+    thread.join(DEADLINE)
+    assert result and result[0] >= 2
+
+
+def test_reset_of_a_periodic_delivered_but_not_yet_run_moves_that_run(make_timer) -> None:
+    """A task resets a periodic timeout due in the same tick, after it in
+    the batch: reset() returns True, so that run does not happen at the old
+    deadline but at the new one."""
+    timer = make_timer(tick_duration=0.2)
+    runs = Runs()
+    box: dict[str, object] = {}
+
+    def first(to: hwtimer.Timeout) -> None:
+        box["reset"] = box["p"].reset(0.3)
+        box["at"] = time.monotonic()
+
+    timer.new_timeout(first, 0.01)
+    box["p"] = p = timer.new_periodic(runs, 10.0, delay=0.01)
+    assert wait_for(lambda: "at" in box)
+    assert box["reset"] is True
+    assert runs.wait(1)
+    p.cancel()
+    assert runs.starts[0] >= box["at"] + 0.3 - EPS
+    assert runs.deadlines[0] == pytest.approx(box["at"] + 0.3, abs=0.05)
+
+
 # ---- bad input ----
 
 
