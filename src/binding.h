@@ -572,7 +572,7 @@ typedef struct {
     PyObject *handle;      /* owned: the deadline's Timeout or loop Handle */
     Py_ssize_t cancelling; /* the task's cancel requests on entering */
     double created_at;     /* loop.time() when made by _after(), else NaN */
-    int64_t created_ns;    /* and the monotonic clock then */
+    int64_t created_ns;    /* and the timer's clock then (scope.c) */
 } ScopeObject;
 
 extern PyType_Spec hwtimer_done_spec;

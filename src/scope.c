@@ -160,6 +160,13 @@ static PyObject *call_at(PyObject *loop, double when, PyObject *callback, PyObje
     return handle;
 }
 
+/* The clock the scope's deadline runs on, in ns: a ManualTimer's own
+   clock, which only advance() moves, else CLOCK_MONOTONIC (loop.time()). */
+static int64_t timer_clock_ns(TimerObject *timer)
+{
+    return timer->manual ? atomic_load(&timer->manual_now) : hwt_monotonic_ns(NULL);
+}
+
 /* Puts the deadline `when` (loop.time()) on the wheel, or, if it has
    passed, on the loop for its next iteration, as asyncio does; following
    the loop's clock, a real timer's deadline goes to the loop's call_at().
@@ -171,12 +178,16 @@ static int scope_schedule(ScopeObject *self, double when)
     self->created_at = Py_NAN; /* good for the first deadline only */
     if (!self->timer && !(self->timer = PyObject_CallNoArgs(st->default_timer)))
         return -1;
-    if (!isnan(now)) {
-        /* loop.time() now, from that at creation: the scope may be entered
-           long after it was made, and its deadline stays when().  On a
-           ManualTimer only its own clock moves: its deadline is when(). */
-        if (!((TimerObject *)self->timer)->manual)
-            now += (double)(hwt_monotonic_ns(NULL) - self->created_ns) / 1e9;
+    TimerObject *timer = (TimerObject *)self->timer;
+    bool on_loop = st->follow_loop_time && !timer->manual;
+    if (!isnan(now) && !on_loop) {
+        /* loop.time() now, from that at creation plus what the timer's
+           clock has moved since: the scope may be entered long after it
+           was made, and its deadline stays creation + delay on that clock.
+           On a ManualTimer that is its own clock, which the loop's does not
+           follow.  (Following the loop, its time() is read below: a
+           fake-time loop's clock jumps, the monotonic one does not.) */
+        now += (double)(timer_clock_ns(timer) - self->created_ns) / 1e9;
     } else {
         PyObject *now_o = call_method(self->loop, st->str_time, NULL);
         if (!now_o)
@@ -194,12 +205,12 @@ static int scope_schedule(ScopeObject *self, double when)
     double delay = when - now;
     if (!(delay > 0)) {
         handle = call_method(self->loop, st->str_call_soon, callback);
-    } else if (st->follow_loop_time && !((TimerObject *)self->timer)->manual) {
+    } else if (on_loop) {
         handle = call_at(self->loop, when, callback, st->empty_context);
     } else {
         int64_t delay_ns;
         if (hwtimer_delay_from_seconds(delay, "delay", &delay_ns) == 0)
-            handle = hwtimer_call_later((TimerObject *)self->timer, delay_ns, callback,
+            handle = hwtimer_call_later(timer, delay_ns, callback,
                                         st->empty_tuple, self->loop, st->empty_context);
     }
     Py_DECREF(callback);
@@ -285,7 +296,9 @@ static int scope_init(ScopeObject *self, PyObject *args, PyObject *kwds)
 }
 
 /* TimeoutScope._after(seconds, timer): a scope due `seconds` from now on
-   the running loop, which it keeps; timeout()'s fast path. */
+   the running loop, which it keeps; timeout()'s fast path.  The timer (None:
+   default_timer()) is chosen now, and its clock read now, as the deadline
+   is fixed now: a ManualTimer's clock may move before the scope is entered. */
 static PyObject *scope_after(PyTypeObject *tp, PyObject *const *args, Py_ssize_t nargs)
 {
     hwtimer_state *st = hwtimer_state_of_type(tp);
@@ -305,6 +318,14 @@ static PyObject *scope_after(PyTypeObject *tp, PyObject *const *args, Py_ssize_t
     PyObject *loop = hwtimer_running_loop(st);
     if (!loop)
         return NULL;
+    if (timer == Py_None)
+        timer = PyObject_CallNoArgs(st->default_timer);
+    else
+        Py_INCREF(timer);
+    if (!timer) {
+        Py_DECREF(loop);
+        return NULL;
+    }
     PyObject *now_o = call_method(loop, st->str_time, NULL);
     double now = now_o ? PyFloat_AsDouble(now_o) : -1.0;
     Py_XDECREF(now_o);
@@ -314,16 +335,15 @@ static PyObject *scope_after(PyTypeObject *tp, PyObject *const *args, Py_ssize_t
     if (self) {
         self->when = PyFloat_FromDouble(now + seconds);
         self->created_at = now;
-        self->created_ns = hwt_monotonic_ns(NULL);
+        self->created_ns = timer_clock_ns((TimerObject *)timer);
         self->loop = loop;
         loop = NULL;
-        if (timer != Py_None) {
-            Py_INCREF(timer);
-            self->timer = timer;
-        }
+        self->timer = timer;
+        timer = NULL;
         if (!self->when)
             Py_CLEAR(self);
     }
+    Py_XDECREF(timer);
     Py_XDECREF(loop);
     return (PyObject *)self;
 }

@@ -185,6 +185,35 @@ def test_nested_scopes_on_the_manual_clock(manual_timer: ManualTimer, run: Any) 
     assert run(main) == ["inner at 2.001", "outer by 12.0"]
 
 
+@pytest.mark.parametrize(("moved", "left"), [(100, 0.0), (3, 2.001)])
+def test_scope_entered_late_keeps_its_deadline_on_the_manual_clock(
+    manual_timer: ManualTimer, run: Any, moved: float, left: float
+) -> None:
+    # timeout(5) made at 0.0 is due at 5 on the manual clock, as
+    # asyncio.timeout()'s deadline is fixed when it is made: entered after
+    # the clock moved `moved` seconds, it has `left` of them to run (none:
+    # it expires at the loop's next iteration)
+    async def main() -> None:
+        cm = hwtimer.timeout(5)
+        await manual_timer.advance_async(moved)
+
+        async def body() -> float:
+            with pytest.raises(TimeoutError):
+                async with cm:
+                    await asyncio.Event().wait()
+            return manual_timer.time()
+
+        task = asyncio.create_task(body())
+        await asyncio.sleep(0)  # it enters the scope at `moved`
+        if left:
+            await manual_timer.advance_async(left - 0.001)
+            assert not task.done()
+            await manual_timer.advance_async(0.001)
+        assert await asyncio.wait_for(task, 5) == pytest.approx(moved + left)
+
+    run(main)
+
+
 def test_advance_async_bad_input_changes_nothing(manual_timer: ManualTimer, run: Any) -> None:
     async def main() -> None:
         ran: list[int] = []
@@ -282,6 +311,20 @@ def test_follow_loop_time_puts_deadlines_on_the_loop() -> None:
         assert events == ["slept", "timeout"]
         assert time.monotonic() - started < 5
         return events
+
+    with follow_loop_time():
+        run_jump(main)
+
+
+def test_follow_loop_time_a_scope_entered_late_keeps_its_loop_deadline() -> None:
+    # made at loop time t, timeout(5) is due at t + 5 on the loop's clock:
+    # entered after that clock jumped 100 s, it expires at once
+    async def main(loop: JumpLoop) -> None:
+        cm = hwtimer.timeout(5)
+        loop.offset += 100
+        with pytest.raises(TimeoutError):
+            async with cm:
+                await asyncio.sleep(5)  # real seconds: the offset stays
 
     with follow_loop_time():
         run_jump(main)
