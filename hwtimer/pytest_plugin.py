@@ -14,14 +14,16 @@ Fixtures:
   fake-time event loop's ``time()`` (looptime's).
 
 The switch is on by itself in every test that looptime runs on its fake
-clock (marked ``looptime``, or all with ``--looptime``); the ini option
+clock (marked ``looptime``, or all with ``--looptime``, and one marked
+``looptime(True)`` even under ``--no-looptime``: looptime's own decision,
+asked of looptime); the ini option
 ``hwtimer_follow_loop_time = true`` turns it on for every test.
 """
 
 from __future__ import annotations
 
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -38,17 +40,38 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
-def _under_looptime(item: pytest.Item) -> bool:
-    """Whether looptime runs `item` on its fake loop clock: marked
-    ``looptime`` (not ``looptime(False)``), or ``--looptime`` given, and not
-    ``--no-looptime``; what looptime itself decides."""
+def _looptime_decision(item: pytest.Item) -> Callable[[pytest.Item], object] | None:
+    """looptime's own decision for a test, where its loaded plugin has one:
+    ``_get_options(item)`` (looptime 0.9), None when looptime leaves the
+    test on real time.  None where looptime's plugin is not loaded or has no
+    such function."""
+    plugin = item.config.pluginmanager.getplugin("looptime_plugin")
+    decide = getattr(plugin, "_get_options", None)
+    return decide if callable(decide) else None
+
+
+def _looptime_rules(item: pytest.Item) -> bool:
+    """looptime's decision by its rules, as looptime 0.9's _get_options()
+    has them: ``--looptime`` turns it on for unmarked tests,
+    ``--no-looptime`` off for them and for a bare ``looptime`` marker, and a
+    marker's own argument (``looptime(True)`` or ``looptime(False)``), the
+    closest winning, overrides both."""
     flag = item.config.getoption("looptime", None)  # None: looptime is absent or not asked
     markers = list(item.iter_markers("looptime"))
     enabled = bool((markers or flag is True) and flag is not False)
     for marker in reversed(markers):
         if marker.args:
             enabled = bool(marker.args[0])
-    return enabled and flag is not False
+    return enabled
+
+
+def _under_looptime(item: pytest.Item) -> bool:
+    """Whether looptime runs `item` on its fake loop clock: what looptime
+    itself decides, asked of looptime where it can be."""
+    decide = _looptime_decision(item)
+    if decide is not None:
+        return decide(item) is not None
+    return _looptime_rules(item)
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -10,7 +10,13 @@ after a sync test: its issue 724)."""
 
 from __future__ import annotations
 
+import itertools
+from types import SimpleNamespace
+from typing import Any
+
 import pytest
+
+from hwtimer import pytest_plugin
 
 pytest.importorskip("looptime")
 pytest.importorskip("pytest_asyncio")
@@ -79,3 +85,80 @@ def test_looptime(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_user=CASES)
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q")
     result.assert_outcomes(passed=4)
+
+
+NO_LOOPTIME_CASES = """
+import asyncio
+import time
+
+import pytest
+
+import hwtimer
+from hwtimer._hwtimer import _follow_loop_time
+
+
+@pytest.mark.asyncio
+@pytest.mark.looptime(True)
+async def test_marked_true_runs_on_fake_time() -> None:
+    loop = asyncio.get_running_loop()
+    started = time.monotonic()
+    with pytest.raises(TimeoutError):
+        async with hwtimer.timeout(3):
+            await asyncio.sleep(100)
+    assert loop.time() == pytest.approx(3)
+    assert time.monotonic() - started < 2  # no real wait
+
+
+@pytest.mark.asyncio
+@pytest.mark.looptime
+async def test_marked_bare_stays_on_the_wheel() -> None:
+    assert _follow_loop_time(None) is False
+"""
+
+
+def test_no_looptime_and_a_looptime_true_marker(pytester: pytest.Pytester) -> None:
+    # looptime lets looptime(True) override --no-looptime: hwtimer follows
+    pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
+    pytester.makepyfile(test_user=NO_LOOPTIME_CASES)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q", "--no-looptime")
+    result.assert_outcomes(passed=2)
+
+
+class _Item:
+    """What looptime's and hwtimer's decisions read of a test item."""
+
+    def __init__(self, flag: bool | None, markers: list[Any]) -> None:
+        self.config = SimpleNamespace(
+            getoption=lambda name, default=None: flag,
+            pluginmanager=SimpleNamespace(getplugin=lambda name: None),
+        )
+        self.markers = markers
+
+    def iter_markers(self, name: str) -> Any:
+        return (m for m in self.markers if m.name == name)
+
+
+def test_the_rules_decide_as_the_installed_looptime() -> None:
+    # hwtimer's own copy of the rules, for a looptime without _get_options(),
+    # agrees with the installed looptime on every combination
+    from looptime._internal.plugin import _get_options
+
+    def mark(name: str, *args: Any, **kwargs: Any) -> Any:
+        # what both read of a marker (looptime's plugin, which registers its
+        # marker, is not loaded in this process)
+        return SimpleNamespace(name=name, args=args, kwargs=kwargs)
+
+    marks = [
+        mark("looptime"),
+        mark("looptime", True),
+        mark("looptime", False),
+        mark("looptime", start=5),
+        mark("asyncio"),
+    ]
+    for flag in (None, True, False):
+        for n in range(3):
+            for markers in itertools.permutations(marks, n):
+                item: Any = _Item(flag, list(markers))
+                expected = _get_options(item) is not None
+                assert pytest_plugin._looptime_rules(item) is expected, (flag, markers)
+                assert pytest_plugin._under_looptime(item) is expected, (flag, markers)
