@@ -65,6 +65,17 @@ def _spread(stats: Stats) -> str:
     return "; ".join(levels) or "the wheel is empty"
 
 
+def _wait_settled(timer: HashedWheelTimer, limit: float) -> None:
+    """Returns once `timer` counts no timeout pending, or after `limit`
+    seconds: with nothing left to fire, the counts the report prints are
+    then settled (scheduled == expired + cancelled).  A cancel counts when
+    it returns, so this is at once, whatever the tick: waiting a tick or
+    two for the worker would be minutes with a long tick."""
+    deadline = time.monotonic() + limit
+    while timer.pending_timeouts() and time.monotonic() < deadline:
+        time.sleep(0.001)
+
+
 def _percentile(sorted_values: list[float], q: float) -> float:
     return sorted_values[min(len(sorted_values) - 1, int(q * (len(sorted_values) - 1)))]
 
@@ -114,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         if n_fire:
             done.wait(30)
         else:
-            time.sleep(2 * tick)
+            _wait_settled(timer, 5.0)
         stats = timer.stats()
 
         pairs = min(args.n, 200_000)

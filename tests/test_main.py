@@ -10,7 +10,7 @@ import sys
 CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def run_main(*args: str) -> subprocess.CompletedProcess[str]:
+def run_main(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     # From the checkout, as the README says: the checkout comes first on
     # sys.path there, with or without the extension built beside it.
     env = dict(os.environ)
@@ -21,7 +21,7 @@ def run_main(*args: str) -> subprocess.CompletedProcess[str]:
         env=env,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=timeout,
     )
 
 
@@ -70,3 +70,13 @@ def test_main_reports_the_tick_the_timer_runs_at() -> None:
     assert proc.returncode == 0, proc.stderr
     assert "clamped to 0.001 s" in proc.stderr
     assert "tick 1 ms:" in proc.stdout, proc.stdout
+
+
+def test_main_with_nothing_to_fire_ends_whatever_the_tick() -> None:
+    # with every timeout cancelled there is nothing to wait for: the report
+    # comes without waiting out ticks of an hour (subprocess.TimeoutExpired
+    # if it does)
+    proc = run_main("-n", "1000", "--fire", "0", "--tick", "3600", timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "scheduled 1,000 timeouts" in proc.stdout
+    assert "cancelled 1,000, fired 0, pending 0" in proc.stdout, proc.stdout
