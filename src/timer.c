@@ -153,7 +153,9 @@ static PyObject *manual_stop(TimerObject *self)
     return stop_list(self, left);
 }
 
-int hwtimer_timer_start(TimerObject *self)
+/* Whether start() has anything to do: 1 if so, 0 if the timer runs
+   already (start() is a no-op), -1 with RuntimeError if it cannot start. */
+static int start_needed(TimerObject *self)
 {
     if (hwt_timer_started(self->core)) /* in a child of fork() too: it cannot run there */
         return hwt_timer_orphaned(self->core) ? hwtimer_core_error(self, HWT_ESTOPPED, "start")
@@ -166,6 +168,14 @@ int hwtimer_timer_start(TimerObject *self)
         PyErr_SetString(PyExc_RuntimeError, "cannot start a timer: the interpreter is exiting");
         return -1;
     }
+    return 1;
+}
+
+int hwtimer_timer_start(TimerObject *self)
+{
+    int needed = start_needed(self);
+    if (needed <= 0)
+        return needed;
     if (self->manual)
         return manual_start(self);
     if (self->executor)
@@ -173,6 +183,15 @@ int hwtimer_timer_start(TimerObject *self)
     DispatchObject *d = hwtimer_dispatch_new(self);
     if (!d)
         return -1;
+    /* Both calls above may run Python code (threading's hook, a GC), and
+       so let another thread start or stop this timer meanwhile: asked
+       again here, with nothing from this check to running_add() that
+       lets go of the GIL, a start happens exactly once, with one dispatch
+       thread. */
+    if ((needed = start_needed(self)) <= 0) {
+        Py_DECREF(d);
+        return needed;
+    }
     int err = hwt_timer_start(self->core);
     if (err) {
         Py_DECREF(d);
