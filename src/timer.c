@@ -909,13 +909,13 @@ static void timer_dealloc(TimerObject *self)
     PyObject_GC_UnTrack(self);
     if (self->weakreflist)
         PyObject_ClearWeakRefs((PyObject *)self);
-#ifdef Py_LIMITED_API
-    /* No PyObject_CallFinalizerFromDealloc(), which would lend the object
-       a reference while it is finalized: nothing may reach it now, so the
-       warning has no source, and no weak reference gives it out while
-       stop() waits with the GIL released. */
+    /* Still running: the limited API has no
+       PyObject_CallFinalizerFromDealloc(), and a subclass's __del__ takes
+       the place of timer_finalize() (it need not call the base's).  It
+       stops here, as the finalizer would have: nothing may reach the
+       object now, so the warning has no source, and no weak reference
+       gives it out while stop() waits with the GIL released. */
     stop_unstopped(self, NULL);
-#endif
     running_remove(self);
     timer_clear(self);
     Py_CLEAR(self->dispatcher);

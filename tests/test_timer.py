@@ -916,6 +916,30 @@ def test_dropped_started_timer_with_nothing_pending_warns_and_stops() -> None:
     assert wait_for(lambda: not [t for t in threading.enumerate() if t.name.startswith("dropped")])
 
 
+def test_dropped_subclass_with_its_own_del_warns_and_stops() -> None:
+    """A subclass's __del__ that does not call the base's leaves the timer
+    stopped all the same, with the ResourceWarning."""
+    deleted = threading.Event()
+
+    class OwnDel(HashedWheelTimer):
+        def __del__(self) -> None:
+            deleted.set()
+
+    timer = OwnDel(0.01, thread_name="own-del")
+    timer.start()
+    ref = weakref.ref(timer)
+    with pytest.warns(ResourceWarning) as caught:
+        del timer
+        gc.collect()
+        assert wait_for(caught.__len__)
+    assert deleted.is_set()
+    assert "unstopped timer" in str(caught[0].message)
+    del caught
+    assert collect_until(ref)
+    assert wait_for(lambda: "own-del" not in native_thread_names())
+    assert wait_for(lambda: not [t for t in threading.enumerate() if t.name.startswith("own-del")])
+
+
 @pytest.mark.parametrize("how", ["never started", "stopped"])
 def test_dropped_timer_without_resource_warning(how) -> None:
     timer = HashedWheelTimer(0.01)
