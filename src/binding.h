@@ -190,6 +190,10 @@ struct TimerObject {
     /* owned list, or NULL: periodic timeouts whose run ended after stop()
        swept the wheel, for stop() to return */
     PyObject *stopped_periodic;
+    /* owned, chained through handed_next: new_periodic() timeouts handed
+       to the executor, from their submit() to the end of their run, which
+       stop() cannot wait for */
+    struct PeriodicTimeoutObject *handed_out;
     bool stop_collected; /* stop() has returned its list */
     /* owned chain (link.next): what stop() returns, kept here while it
        waits, so that a call interrupted by a signal, or a fork child whose
@@ -220,11 +224,14 @@ struct TimeoutObject {
 
 /* A periodic Timeout from new_periodic(): the period lives here, not in
    the node, which it would push past 80 bytes for every one-shot. */
-typedef struct {
+typedef struct PeriodicTimeoutObject {
     TimeoutObject base;
     int64_t period; /* ns between runs, > 0 */
     /* handed to the timer's executor, its run not yet begun (runner.c) */
     bool submitted;
+    /* in its timer's handed_out list, whose links these are (borrowed) */
+    bool handed;
+    struct PeriodicTimeoutObject *handed_prev, *handed_next;
 } PeriodicTimeoutObject;
 
 typedef struct LoopSinkObject LoopSinkObject;
@@ -486,6 +493,13 @@ void hwtimer_run_submitted(TimerObject *timer, TimeoutObject *to);
    task in turn, on this thread (or its executor); releases the rest.
    Returns how many runs of periodic timeouts it began here. */
 uint64_t hwtimer_run_batch(hwt_sink *default_sink, hwt_timeout *node);
+/* For the stop() that returns its list: cancels each periodic timeout
+   handed to the executor whose run has not ended (it will not run
+   again) and appends it to `list` (NULL: only cancels). */
+void hwtimer_stop_handed_out(TimerObject *timer, PyObject *list);
+/* The GC's view of a timer's handed_out list, and its release. */
+int hwtimer_handed_out_traverse(TimerObject *timer, visitproc visit, void *arg);
+void hwtimer_handed_out_clear(TimerObject *timer);
 
 /* loopsink.c */
 extern PyType_Spec hwtimer_loop_sink_spec;

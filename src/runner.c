@@ -33,20 +33,65 @@ static PeriodicTimeoutObject *as_periodic(TimerObject *timer, TimeoutObject *to)
     return Py_TYPE(to) == timer->module_state->periodic_type ? (PeriodicTimeoutObject *)to : NULL;
 }
 
+/* Puts a periodic timeout about to be handed to the executor in its
+   timer's handed_out list, with a reference of the list's: stop() finds
+   it there, since it does not wait for the executor. */
+static void hand_out(TimerObject *timer, PeriodicTimeoutObject *periodic)
+{
+    if (periodic->handed)
+        return;
+    Py_INCREF(periodic);
+    periodic->handed = true;
+    periodic->handed_prev = NULL;
+    periodic->handed_next = timer->handed_out;
+    if (timer->handed_out)
+        timer->handed_out->handed_prev = periodic;
+    timer->handed_out = periodic;
+}
+
+/* Takes a periodic timeout out of the handed_out list, if there: its run
+   on the executor is over, or will not come.  Drops the list's reference,
+   never the last one (the caller holds one). */
+static void hand_back(TimerObject *timer, TimeoutObject *to)
+{
+    PeriodicTimeoutObject *periodic = as_periodic(timer, to);
+    if (!periodic || !periodic->handed)
+        return;
+    periodic->handed = false;
+    if (periodic->handed_prev)
+        periodic->handed_prev->handed_next = periodic->handed_next;
+    else
+        timer->handed_out = periodic->handed_next;
+    if (periodic->handed_next)
+        periodic->handed_next->handed_prev = periodic->handed_prev;
+    periodic->handed_prev = periodic->handed_next = NULL;
+    Py_DECREF(periodic);
+}
+
 /* Marks a periodic timeout as submitted, its run not yet begun, or not
-   (on/off); a one-shot needs no mark. */
+   (on/off); a one-shot needs no mark.  On, it is handed out until its
+   run ends; off here (a refused submit), it runs on this thread, which
+   stop() waits for. */
 static void mark_submitted(TimerObject *timer, TimeoutObject *to, bool on)
 {
     PeriodicTimeoutObject *periodic = as_periodic(timer, to);
-    if (periodic)
-        periodic->submitted = on;
+    if (!periodic)
+        return;
+    periodic->submitted = on;
+    if (on)
+        hand_out(timer, periodic);
+    else
+        hand_back(timer, to);
 }
 
 void hwtimer_run_submitted(TimerObject *timer, TimeoutObject *to)
 {
     hwtimer_batch batch = HWTIMER_BATCH_INIT;
-    mark_submitted(timer, to, false);
+    PeriodicTimeoutObject *periodic = as_periodic(timer, to);
+    if (periodic)
+        periodic->submitted = false; /* handed out still, until its run ends */
     hwtimer_run_timeout(timer, to, &batch);
+    hand_back(timer, to);
 }
 
 /* _submitted(timeout, future): the done-callback of a submitted task's
@@ -73,6 +118,7 @@ static PyObject *submitted_done(PyObject *timeout, PyObject *future)
     PeriodicTimeoutObject *periodic = as_periodic(timer, to);
     if (periodic && periodic->submitted) {
         periodic->submitted = false;
+        hand_back(timer, to);
         hwt_timeout_finish(&to->node, HWT_EXPIRED); /* or cancelled meanwhile */
     }
     Py_RETURN_NONE;
@@ -149,6 +195,35 @@ static bool others_wait(TimerObject *timer, TimeoutObject *to, const hwtimer_bat
 {
     hwt_sink *sink = to->node.sink;
     return !batch->last || sink != hwt_timer_default_sink(timer->core) || hwt_sink_has_work(sink);
+}
+
+void hwtimer_stop_handed_out(TimerObject *timer, PyObject *list)
+{
+    for (PeriodicTimeoutObject *p = timer->handed_out; p; p = p->handed_next) {
+        /* cancelled here, it does not run again: a run not yet begun is
+           skipped, and the re-arm after one in progress ends it */
+        if (hwt_timeout_cancel(&p->base.node) != HWT_OK)
+            continue; /* ended already, and listed by keep_for_stop() if by stop() */
+        if (list && PyList_Append(list, (PyObject *)p) < 0)
+            PyErr_Clear(); /* it stays cancelled, only unlisted */
+    }
+}
+
+int hwtimer_handed_out_traverse(TimerObject *timer, visitproc visit, void *arg)
+{
+    for (PeriodicTimeoutObject *p = timer->handed_out; p; p = p->handed_next)
+        Py_VISIT(p);
+    return 0;
+}
+
+void hwtimer_handed_out_clear(TimerObject *timer)
+{
+    while (timer->handed_out) {
+        PeriodicTimeoutObject *p = timer->handed_out;
+        Py_INCREF(p); /* hand_back() never drops the last reference */
+        hand_back(timer, &p->base);
+        Py_DECREF(p);
+    }
 }
 
 /* Puts a periodic timeout back after a run from `start` to `end`.

@@ -118,13 +118,14 @@ static int manual_start(TimerObject *self)
 }
 
 /* Returns what stop() returns (a new reference), or NULL: the periodic
-   timeouts that were in their run, and the chain `left`, which it releases
-   either way. */
+   timeouts that were in their run (those on the executor too, whose runs
+   may end later), and the chain `left`, which it releases either way. */
 static PyObject *stop_list(TimerObject *self, hwt_timeout *left)
 {
     PyObject *list = self->stopped_periodic ? self->stopped_periodic : PyList_New(0);
     self->stopped_periodic = NULL;
     self->stop_collected = true;
+    hwtimer_stop_handed_out(self, list);
     while (left) {
         hwt_timeout *next = hwt_timeout_of(left->link.next);
         PyObject *to = hwtimer_timeout_from_node(left);
@@ -849,7 +850,7 @@ static int timer_traverse(TimerObject *self, visitproc visit, void *arg)
     Py_VISIT(self->executor);
     Py_VISIT(self->loop_sinks);
     Py_VISIT(self->stopped_periodic);
-    return 0;
+    return hwtimer_handed_out_traverse(self, visit, arg);
 }
 
 /* Closes the loop sinks, which point back at this timer without a
@@ -874,6 +875,7 @@ static int timer_clear(TimerObject *self)
     Py_CLEAR(self->executor);
     close_loop_sinks(self);
     Py_CLEAR(self->stopped_periodic);
+    hwtimer_handed_out_clear(self);
     return 0;
 }
 

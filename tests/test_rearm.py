@@ -405,6 +405,58 @@ def test_stop_returns_a_periodic_in_its_run_and_none_starts_after(make_timer) ->
     assert timer.stop() == []
 
 
+def test_stop_returns_a_periodic_in_its_run_on_the_executor(make_timer) -> None:
+    """stop() does not wait for the executor's run, and returns the periodic
+    timeout all the same: that run is its last."""
+    release, started, ended = threading.Event(), threading.Event(), threading.Event()
+    runs = []
+
+    def task(to: hwtimer.Timeout) -> None:
+        runs.append(to)
+        started.set()
+        release.wait(DEADLINE)
+        ended.set()
+
+    with ThreadPoolExecutor(2) as pool:
+        timer = make_timer(executor=pool)
+        p = timer.new_periodic(task, 0.01)
+        assert started.wait(DEADLINE)
+        left = timer.stop()  # the run goes on, on the pool
+        assert not ended.is_set()
+        assert left == [p]
+        assert p.is_cancelled()
+        release.set()
+    assert ended.is_set() and runs == [p]  # the pool has shut down: no run after
+    assert p.is_cancelled() and not p.is_expired()
+    assert timer.pending_timeouts() == 0
+    assert timer.stop() == []
+
+
+def test_stop_returns_a_periodic_submitted_and_not_begun(make_timer) -> None:
+    """A periodic timeout that waits in the executor's queue when stop() is
+    called is returned by it, and does not run."""
+    release, submitted = threading.Event(), threading.Event()
+    runs = []
+
+    class Pool(ThreadPoolExecutor):
+        def submit(self, fn, /, *args, **kwargs):  # type: ignore[override]
+            future = super().submit(fn, *args, **kwargs)
+            if args and isinstance(args[0], hwtimer.Timeout):
+                submitted.set()  # by the timer
+            return future
+
+    with Pool(1) as pool:
+        timer = make_timer(executor=pool)
+        pool.submit(release.wait, DEADLINE)  # the one worker is busy
+        p = timer.new_periodic(runs.append, 0.01)
+        assert submitted.wait(DEADLINE)
+        assert timer.stop() == [p]
+        assert p.is_cancelled()
+        release.set()
+    assert runs == []
+    assert timer.pending_timeouts() == 0
+
+
 def test_periodic_runs_never_overlap_with_an_executor(make_timer) -> None:
     with ThreadPoolExecutor(4) as pool:
         timer = make_timer(executor=pool)
