@@ -346,6 +346,17 @@ int hwtimer_parse_seconds(hwtimer_state *st, PyObject *obj, const char *what, do
 /* Logs the current exception as a task's failure on the "hwtimer" logger
    and clears it. */
 void hwtimer_log_task_error(hwtimer_state *st, PyObject *timeout);
+/* How many fork()s led to this process, and which thread called the last
+   one (written in the child by that thread, before any other exists),
+   counted once hwtimer_note_forks() has returned 0 (else an errno value):
+   a change while a task runs means it forked. */
+extern unsigned hwtimer_forks;
+extern unsigned long hwtimer_forking_thread;
+int hwtimer_note_forks(void);
+/* Hands the exception `exc` that a task of the manual timer `timer` raised
+   to its _task_failed(exc), which keeps it for the test (hwtimer.testing),
+   whatever the logger or a loop's exception handler lets through. */
+void hwtimer_keep_manual_error(TimerObject *timer, PyObject *exc);
 /* Registers, once, the hook that tells when threading's exit hooks shut
    executors down, so that their refusals then are not logged as errors.
    Registered when the first timer with an executor starts, so that it runs
@@ -491,8 +502,10 @@ void hwtimer_dispatch_timeout(TimerObject *timer, TimeoutObject *to, hwtimer_bat
 void hwtimer_run_submitted(TimerObject *timer, TimeoutObject *to);
 /* Runs a batch taken from the default sink: each expired new_timeout()
    task in turn, on this thread (or its executor); releases the rest.
-   Returns how many runs of periodic timeouts it began here. */
-uint64_t hwtimer_run_batch(hwt_sink *default_sink, hwt_timeout *node);
+   With `parents_only`, a task that forks ends the batch in the child,
+   whose tasks stay the parent's to run.  Returns how many runs of
+   periodic timeouts it began here. */
+uint64_t hwtimer_run_batch(hwt_sink *default_sink, hwt_timeout *node, bool parents_only);
 /* For the stop() that returns its list: cancels each periodic timeout
    handed to the executor whose run has not ended (it will not run
    again) and appends it to `list` (NULL: only cancels). */

@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <string.h>
 
 _Thread_local TimerObject *hwtimer_current_task_timer;
@@ -203,9 +204,7 @@ const char *hwtimer_type_name(PyTypeObject *tp)
 
 /* ---- logging ---- */
 
-/* Hands a ManualTimer's task error to its _task_failed(exc), which keeps
-   it for the test (hwtimer.testing), whatever the logger lets through. */
-static void keep_manual_error(TimerObject *timer, PyObject *exc)
+void hwtimer_keep_manual_error(TimerObject *timer, PyObject *exc)
 {
     PyObject *keep = PyObject_GetAttrString((PyObject *)timer, "_task_failed");
     PyObject *r = keep ? PyObject_CallOneArg(keep, exc) : NULL;
@@ -226,7 +225,7 @@ void hwtimer_log_task_error(hwtimer_state *st, PyObject *timeout)
         PyException_SetTraceback(exc, tb);
     TimerObject *timer = TIMER_OF((TimeoutObject *)timeout);
     if (timer->manual && exc)
-        keep_manual_error(timer, exc);
+        hwtimer_keep_manual_error(timer, exc);
     PyObject *task = ((TimeoutObject *)timeout)->task;
     PyObject *args = Py_BuildValue("(sOO)", "task %r of %r raised", task, timeout);
     PyObject *kwargs = Py_BuildValue("{s:O}", "exc_info", exc ? exc : Py_None);
@@ -426,4 +425,28 @@ PyObject *hwtimer_new_refused(PyTypeObject *tp, PyObject *args, PyObject *kwargs
     (void)kwargs;
     PyErr_Format(PyExc_TypeError, "cannot create '%.100s' instances", hwtimer_type_name(tp));
     return NULL;
+}
+
+/* ---- fork()s ---- */
+
+unsigned hwtimer_forks;
+unsigned long hwtimer_forking_thread;
+static pthread_once_t fork_note_once = PTHREAD_ONCE_INIT;
+static int fork_note_err;
+
+static void note_fork(void)
+{
+    hwtimer_forks++;
+    hwtimer_forking_thread = PyThread_get_thread_ident();
+}
+
+static void install_fork_note(void)
+{
+    fork_note_err = pthread_atfork(NULL, NULL, note_fork);
+}
+
+int hwtimer_note_forks(void)
+{
+    pthread_once(&fork_note_once, install_fork_note);
+    return fork_note_err;
 }

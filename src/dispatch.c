@@ -61,7 +61,9 @@ static PyObject *dispatch_run(DispatchObject *self, PyObject *unused)
         hwtimer_release_chain(hwt_timer_take_released(self->core));
         if (finished)
             break;
-        hwtimer_run_batch(default_sink, batch);
+        hwtimer_run_batch(default_sink, batch, true);
+        if (self->pid != getpid())
+            break; /* a task forked: the timer's worker is the parent's */
     }
     hwtimer_dispatch_mark_done(self);
     Py_RETURN_NONE;

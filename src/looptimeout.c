@@ -64,6 +64,9 @@ static void report_error(LoopSinkObject *self, PyObject *timeout)
     PyErr_NormalizeException(&type, &exc, &tb);
     if (exc && tb)
         PyException_SetTraceback(exc, tb);
+    TimerObject *timer = TIMER_OF((TimeoutObject *)timeout);
+    if (timer->manual && exc)
+        hwtimer_keep_manual_error(timer, exc);
     PyObject *loop = hwtimer_sink_loop(self);
     PyObject *msg =
         PyUnicode_FromFormat("Exception in callback %R", ((TimeoutObject *)timeout)->task);

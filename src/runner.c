@@ -378,8 +378,20 @@ static inline void prefetch_after(hwt_timeout *next)
     }
 }
 
-uint64_t hwtimer_run_batch(hwt_sink *default_sink, hwt_timeout *node)
+/* Lets go of the rest of a batch without running it. */
+static void drop_batch(hwt_timeout *node)
 {
+    while (node) {
+        TimeoutObject *to = TIMEOUT_OF(node);
+        node = hwt_timeout_of(node->link.next);
+        hwtimer_timeout_track_if_held(to);
+        Py_DECREF(to); /* the wheel's reference */
+    }
+}
+
+uint64_t hwtimer_run_batch(hwt_sink *default_sink, hwt_timeout *node, bool parents_only)
+{
+    const unsigned forks = hwtimer_forks;
     hwtimer_batch batch = HWTIMER_BATCH_INIT;
     TimerObject **current = hwtimer_current_task_slot();
     while (node) {
@@ -404,6 +416,10 @@ uint64_t hwtimer_run_batch(hwt_sink *default_sink, hwt_timeout *node)
         hwtimer_timeout_track_if_held(to);
         Py_DECREF(to); /* the wheel's reference: may free the timer too */
         node = next;
+        if (parents_only && hwtimer_forks != forks) {
+            drop_batch(node); /* this is the child of a task's fork() */
+            break;
+        }
     }
     return batch.periodic_ran;
 }

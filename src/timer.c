@@ -49,24 +49,6 @@ static void running_remove(TimerObject *self)
 
 /* ---- a manual timer's start and stop: no threads ---- */
 
-/* How many fork()s led to this process, and which thread called the last
-   one: written in the child by that thread, before any other exists. */
-static unsigned forks;
-static unsigned long forking_thread;
-static pthread_once_t fork_note_once = PTHREAD_ONCE_INIT;
-static int fork_note_err;
-
-static void note_fork(void)
-{
-    forks++;
-    forking_thread = PyThread_get_thread_ident();
-}
-
-static void install_fork_note(void)
-{
-    fork_note_err = pthread_atfork(NULL, NULL, note_fork);
-}
-
 /* In a fork child, the first time it is locked there: a thread of the
    parent that held advance_lock (in an advance() or waiting for the GIL
    with it) did not come along, and would never release it.  Only the
@@ -74,8 +56,8 @@ static void install_fork_note(void)
    one goes on.  Returns 0, or -1 with an exception. */
 static int manual_lock_after_fork(TimerObject *self)
 {
-    self->forks_seen = forks;
-    if (self->advancing && self->advancing == forking_thread)
+    self->forks_seen = hwtimer_forks;
+    if (self->advancing && self->advancing == hwtimer_forking_thread)
         return 0;
     self->advancing = 0;
     int err = pthread_mutex_init(&self->advance_lock, NULL);
@@ -84,7 +66,7 @@ static int manual_lock_after_fork(TimerObject *self)
 
 int hwtimer_manual_lock(TimerObject *self, const char *what)
 {
-    if (self->forks_seen != forks && manual_lock_after_fork(self) < 0)
+    if (self->forks_seen != hwtimer_forks && manual_lock_after_fork(self) < 0)
         return -1;
     unsigned long me = PyThread_get_thread_ident();
     if (self->advancing == me) {
@@ -148,7 +130,7 @@ static PyObject *manual_stop(TimerObject *self)
     running_remove(self);
     hwt_timeout *left = hwt_timer_stop(self->core);
     hwt_sink *default_sink = hwt_timer_default_sink(self->core);
-    hwtimer_run_batch(default_sink, hwt_sink_take(default_sink));
+    hwtimer_run_batch(default_sink, hwt_sink_take(default_sink), false);
     hwtimer_release_chain(hwt_timer_take_released(self->core));
     hwtimer_manual_unlock(self);
     return stop_list(self, left);
@@ -437,11 +419,10 @@ PyObject *hwtimer_timer_build(PyTypeObject *tp, const hwtimer_timer_args *a)
         return NULL;
     self->module_state = st;
     self->manual = a->manual;
-    int err = 0;
-    if (self->manual) {
-        pthread_once(&fork_note_once, install_fork_note);
-        self->forks_seen = forks;
-        err = fork_note_err ? fork_note_err : pthread_mutex_init(&self->advance_lock, NULL);
+    int err = hwtimer_note_forks();
+    if (self->manual && !err) {
+        self->forks_seen = hwtimer_forks;
+        err = pthread_mutex_init(&self->advance_lock, NULL);
     }
     if (err) {
         self->manual = false;

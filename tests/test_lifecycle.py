@@ -333,6 +333,48 @@ FORK_UNDER_LOAD = (
 )
 
 
+def test_fork_inside_a_task_leaves_the_rest_of_its_batch_to_the_parent() -> None:
+    """A task forks: in the child it returns on the dispatch thread, the
+    only thread there.  The tasks after it in the batch are the parent's
+    to run, not the child's as well, and the child, whose timer has no
+    worker, ends rather than wait for one."""
+    code = (
+        FORK_PRELUDE
+        + """
+    parent = os.getpid()
+    r, w = os.pipe()
+    timer = hwtimer.HashedWheelTimer(0.2)
+    children = []
+    others = threading.Event()
+
+    def forker(t):
+        pid = os.fork()
+        if pid == 0:
+            os.write(w, b"c")
+            return  # as the parent does
+        children.append(pid)
+
+    def other(t):
+        os.write(w, b"p" if os.getpid() == parent else b"x")
+        others.set()
+
+    timer.new_timeout(forker, 0.01)  # the same tick: one batch
+    timer.new_timeout(other, 0.01)
+    assert others.wait(10)
+    status = wait_child(children[0])
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        ran = f.read()
+    assert status == 0 and sorted(ran) == sorted(b"cp"), (status, ran)
+    assert timer.stop() == []
+    print("ok", flush=True)
+"""
+    )
+    proc = run_python(code, timeout=90)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "ok\n"
+
+
 def test_fork_and_exit_under_load_repeated() -> None:
     for i in range(5):
         proc = run_python(FORK_UNDER_LOAD, timeout=120, argv=(str(i),))

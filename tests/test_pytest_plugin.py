@@ -77,6 +77,39 @@ def test_manual_timer_fails_a_test_that_left_tasks_that_raised(pytester: pytest.
     )
 
 
+def test_manual_timer_fails_a_test_whose_loop_callbacks_raised(pytester: pytest.Pytester) -> None:
+    # call_later() and call_every() callbacks go to the loop's exception
+    # handler, as asyncio's do; the fixture sees them all the same
+    result = run(
+        pytester,
+        """
+        import pytest
+
+        def boom():
+            raise LookupError("the callback failed")
+
+        @pytest.mark.asyncio
+        async def test_call_later(manual_timer):
+            manual_timer.call_later(1, boom)
+            await manual_timer.advance_async(2)
+
+        @pytest.mark.asyncio
+        async def test_call_every(manual_timer):
+            manual_timer.call_every(1, boom)
+            await manual_timer.advance_async(2)
+
+        @pytest.mark.asyncio
+        async def test_checked(manual_timer):
+            manual_timer.call_later(1, boom)
+            await manual_timer.advance_async(2)
+            assert [type(e) for e in manual_timer.task_errors] == [LookupError]
+            manual_timer.task_errors.clear()
+        """,
+    )
+    result.assert_outcomes(passed=3, errors=2)
+    result.stdout.fnmatch_lines(["*LookupError: the callback failed*"])
+
+
 def test_manual_timer_is_stopped_after_the_test(pytester: pytest.Pytester) -> None:
     result = run(
         pytester,
