@@ -498,8 +498,9 @@ int hwtimer_run_timeout(TimerObject *timer, TimeoutObject *to, hwtimer_batch *ba
    with the runner, or submits it to the executor.  Never fails. */
 void hwtimer_dispatch_timeout(TimerObject *timer, TimeoutObject *to, hwtimer_batch *batch);
 /* _run_task(): runs, on an executor's thread, a timeout that
-   hwtimer_dispatch_timeout() submitted. */
-void hwtimer_run_submitted(TimerObject *timer, TimeoutObject *to);
+   hwtimer_dispatch_timeout() submitted.
+   Returns 0, or -1 with RuntimeError for any other timeout. */
+int hwtimer_run_submitted(TimerObject *timer, TimeoutObject *to);
 /* Runs a batch taken from the default sink: each expired new_timeout()
    task in turn, on this thread (or its executor); releases the rest.
    With `parents_only`, a task that forks ends the batch in the child,

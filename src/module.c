@@ -22,7 +22,8 @@ static PyObject *run_task(PyObject *module, PyObject *arg)
         return NULL;
     }
     TimeoutObject *to = (TimeoutObject *)arg;
-    hwtimer_run_submitted(TIMER_OF(to), to);
+    if (hwtimer_run_submitted(TIMER_OF(to), to) < 0)
+        return NULL;
     Py_RETURN_NONE;
 }
 

@@ -84,14 +84,27 @@ static void mark_submitted(TimerObject *timer, TimeoutObject *to, bool on)
         hand_back(timer, to);
 }
 
-void hwtimer_run_submitted(TimerObject *timer, TimeoutObject *to)
+int hwtimer_run_submitted(TimerObject *timer, TimeoutObject *to)
 {
     hwtimer_batch batch = HWTIMER_BATCH_INIT;
     PeriodicTimeoutObject *periodic = as_periodic(timer, to);
+    /* Only what the dispatch thread submitted: a periodic timeout run
+       twice, or one still on the wheel, would be pushed onto the wheel
+       again while it is there. */
+    bool submitted = periodic ? periodic->submitted
+                              : Py_TYPE(to) == timer->module_state->timeout_type &&
+                                    atomic_load(&to->node.state) == HWT_EXPIRED;
+    if (!submitted) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "_run_task() runs a timeout that its timer submitted to its executor, "
+                        "once");
+        return -1;
+    }
     if (periodic)
         periodic->submitted = false; /* handed out still, until its run ends */
     hwtimer_run_timeout(timer, to, &batch);
     hand_back(timer, to);
+    return 0;
 }
 
 /* _submitted(timeout, future): the done-callback of a submitted task's

@@ -678,3 +678,23 @@ def test_task_that_raises_and_drops_its_timer() -> None:
         logger.removeHandler(handler)
         logger.propagate = propagate
     assert seen == [(logging.WARNING, KeyboardInterrupt)]
+
+
+def test_run_task_refuses_what_was_not_submitted(timer) -> None:
+    """_run_task() is what a timer submits to its executor; given a timeout
+    that is still pending it refuses, and the timeout goes on as
+    scheduled (a periodic one pushed again while on the wheel would have
+    been linked twice)."""
+    from hwtimer import _hwtimer
+
+    ran = Counter()
+    periodic = timer.new_periodic(ran, 0.05)
+    once = timer.new_timeout(ran, 60)
+    for timeout in (periodic, once):
+        with pytest.raises(RuntimeError, match="submitted"):
+            _hwtimer._run_task(timeout)
+    with pytest.raises(TypeError):
+        _hwtimer._run_task(object())
+    assert ran.count == 0 and timer.pending_timeouts() == 2
+    assert wait_for(lambda: ran.count >= 3)  # on its grid, once a run
+    assert periodic.cancel() and once.cancel()
