@@ -286,7 +286,13 @@ static int parse_tick(hwtimer_state *st, PyObject *tick_o, double default_tick, 
         if (!PyIndex_Check(tick_o) || !PyErr_ExceptionMatches(PyExc_OverflowError))
             return -1;
         PyErr_Clear();
-        tick = Py_HUGE_VAL; /* an int too large for a double: far too long */
+        /* an int too large for a double: far too long, or negative */
+        PyObject *index = PyNumber_Index(tick_o);
+        int positive = index ? PyObject_RichCompareBool(index, Py_False, Py_GT) : -1;
+        Py_XDECREF(index);
+        if (positive < 0)
+            return -1;
+        tick = positive ? Py_HUGE_VAL : -Py_HUGE_VAL;
     }
     if (!(tick > 0) || (isinf(tick) && !PyIndex_Check(tick_o))) {
         PyErr_Format(PyExc_ValueError, "tick_duration must be > 0 and finite, not %R", tick_o);

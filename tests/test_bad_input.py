@@ -190,6 +190,12 @@ def test_constructor_bad_values(kwargs, exc) -> None:
     assert len(native_thread_names()) <= threads_before
 
 
+@pytest.mark.parametrize("tick", [-(10**400), MyInt(-(10**400))], ids=["int", "myint"])
+def test_a_tick_below_any_double_is_refused_as_negative(tick) -> None:
+    with pytest.raises(ValueError, match="must be > 0"):
+        HashedWheelTimer(tick)
+
+
 @pytest.mark.parametrize(
     "exc",
     [ZeroDivisionError("float-boom"), LookupError("lookup-boom"), KeyboardInterrupt()],
