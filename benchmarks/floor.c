@@ -14,15 +14,19 @@
  * nothing(task, delay) returns a handle whose cancel() does nothing: two
  * C calls and no work, the interpreter's share of a pair.
  *
- * burst(fn, args) calls fn(arg) for each item of the list args, in C, and
- * drops the last reference to each argument as it goes (freeing it), as a
- * dispatch thread runs a burst of expired timeouts.  make_args(n) makes the
- * list: n objects of a plain type the size of a hwtimer Timeout.
+ * burst(fn, args[, touch]) calls fn(arg) for each item of the list args, in
+ * C, and drops the last reference to each argument as it goes (freeing it),
+ * as a dispatch thread runs a burst of expired timeouts.  With a true touch
+ * it also reads and writes each argument's last bytes before the call, as a
+ * dispatch reads and writes the whole of a Timeout (the loop alone touches
+ * the first 16 bytes).  make_args(n) makes the list: n objects of a plain
+ * type the size of a hwtimer Timeout.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <string.h>
 #include <time.h>
 
 #define RING 1024 /* a power of two */
@@ -146,21 +150,25 @@ static PyObject *make_args(PyObject *module, PyObject *arg)
             Py_DECREF(list);
             return NULL;
         }
+        memset(((Arg *)a)->payload, 0, sizeof(((Arg *)a)->payload));
         PyList_SET_ITEM(list, i, a);
     }
     return list;
 }
 
-/* burst(fn, args): empties the list args, calling fn(arg) for each item and
- * then freeing it; returns the ns the loop took.  An exception fn raises is
- * printed and the loop goes on, as a dispatch thread's would. */
+/* burst(fn, args[, touch]): empties the list args, calling fn(arg) for each
+ * item and then freeing it; returns the ns the loop took.  An exception fn
+ * raises is printed and the loop goes on, as a dispatch thread's would. */
 static PyObject *burst(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)module;
-    if (nargs != 2 || !PyList_CheckExact(args[1])) {
-        PyErr_SetString(PyExc_TypeError, "burst(fn, list)");
+    if (nargs < 2 || nargs > 3 || !PyList_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "burst(fn, list[, touch])");
         return NULL;
     }
+    int touch = nargs == 3 ? PyObject_IsTrue(args[2]) : 0;
+    if (touch < 0)
+        return NULL;
     PyObject *fn = args[0], *list = args[1];
     Py_ssize_t n = PyList_GET_SIZE(list);
     PyObject **items = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(PyObject *));
@@ -179,6 +187,10 @@ static PyObject *burst(PyObject *module, PyObject *const *args, Py_ssize_t nargs
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     for (Py_ssize_t i = 0; i < n; i++) {
+        if (touch) {
+            Arg *a = (Arg *)items[i];
+            a->payload[47] = (char)(a->payload[63] + 1); /* bytes 63 and 79 */
+        }
         PyObject *r = PyObject_CallOneArg(fn, items[i]);
         if (r == NULL)
             PyErr_Print();
