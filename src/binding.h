@@ -528,6 +528,11 @@ bool hwtimer_loop_sink_holds(TimerObject *timer, PyObject *loop);
 /* How many runs of periodic timeouts (call_every) `timer`'s loop sinks
    hold, not yet taken by their loops. */
 Py_ssize_t hwtimer_loop_sinks_periodic(TimerObject *timer);
+/* For the stop() that returns its list: cancels each call_every() timeout
+   of `timer` that is delivered to its loop and not re-armed (its run not
+   yet begun, or going in the loop's thread), so that it does not run
+   again, and appends it to `list` (NULL: only cancels). */
+void hwtimer_loop_sinks_stop_periodic(TimerObject *timer, PyObject *list);
 
 /* dispatch.c */
 extern PyType_Spec hwtimer_dispatch_spec;

@@ -112,6 +112,29 @@ Py_ssize_t hwtimer_loop_sinks_periodic(TimerObject *timer)
     return n;
 }
 
+void hwtimer_loop_sinks_stop_periodic(TimerObject *timer, PyObject *list)
+{
+    /* Each sink's list of live timeouts holds them all, wherever they
+       are: held by the sink, taken by the loop's _run(), in their run.
+       Delivered and not re-armed, a periodic one is RUNNING (or
+       RUNNING_RESET), off the wheel, so stop()'s sweep missed it.  Nothing
+       here runs Python, so the lists stay as they are meanwhile. */
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(timer->loop_sinks); i++) {
+        LoopSinkObject *s = (LoopSinkObject *)PyList_GET_ITEM(timer->loop_sinks, i);
+        for (LoopTimeoutObject *to = s->timeouts; to; to = to->sink_next) {
+            uint32_t state = atomic_load(&to->base.node.state);
+            if (to->period == 0 || (state != HWT_RUNNING && state != HWT_RUNNING_RESET))
+                continue;
+            /* cancelled here, it does not run again: a run not yet begun
+               is skipped, and the re-arm after one in progress ends it */
+            if (hwt_timeout_cancel(&to->base.node) != HWT_OK)
+                continue; /* ended already, and listed by keep_for_stop() if by stop() */
+            if (list && PyList_Append(list, (PyObject *)to) < 0)
+                PyErr_Clear(); /* it stays cancelled, only unlisted */
+        }
+    }
+}
+
 /* ---- running callbacks in the loop's thread ---- */
 
 /* Has the loop run _run() again at its next turn, an exception set or

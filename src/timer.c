@@ -100,14 +100,16 @@ static int manual_start(TimerObject *self)
 }
 
 /* Returns what stop() returns (a new reference), or NULL: the periodic
-   timeouts that were in their run (those on the executor too, whose runs
-   may end later), and the chain `left`, which it releases either way. */
+   timeouts that were in their run (those on the executor or delivered to a
+   loop too, whose runs may end later), and the chain `left`, which it
+   releases either way. */
 static PyObject *stop_list(TimerObject *self, hwt_timeout *left)
 {
     PyObject *list = self->stopped_periodic ? self->stopped_periodic : PyList_New(0);
     self->stopped_periodic = NULL;
     self->stop_collected = true;
     hwtimer_stop_handed_out(self, list);
+    hwtimer_loop_sinks_stop_periodic(self, list);
     while (left) {
         hwt_timeout *next = hwt_timeout_of(left->link.next);
         PyObject *to = hwtimer_timeout_from_node(left);

@@ -1304,6 +1304,68 @@ def test_many_concurrent_sleeps(run: Any) -> None:
     run(main)
 
 
+# --- stop() under asyncio -----------------------------------------------------
+
+
+def _wait_delivered(timer: hwtimer.HashedWheelTimer, handle: hwtimer.Timeout) -> None:
+    """Blocks the loop until `handle`'s run is handed to it: off the wheel
+    (no longer in the snapshot), still pending."""
+    deadline = time.monotonic() + SOON
+    while any(t is handle for t in timer.pending_snapshot()):
+        assert time.monotonic() < deadline, "the run was never delivered"
+        time.sleep(0.001)
+    assert not handle.is_cancelled() and not handle.is_expired()
+
+
+def test_stop_returns_a_call_every_run_waiting_for_its_loop(run: Any) -> None:
+    """A call_every() run handed to a busy loop when stop() is called is
+    returned by stop(), cancelled, and does not run."""
+
+    async def main() -> None:
+        timer = hwtimer.HashedWheelTimer(0.001, 512)
+        runs: list[float] = []
+        try:
+            handle = timer.call_every(0.02, lambda: runs.append(time.monotonic()))
+            _wait_delivered(timer, handle)  # the loop is busy meanwhile
+            left = timer.stop()
+            assert [t for t in left if t is handle] == [handle]
+            assert handle.is_cancelled()
+            await asyncio.sleep(0.2)  # the loop takes what it was handed
+            assert runs == []
+        finally:
+            timer.stop()
+
+    run(main)
+
+
+def test_stop_from_a_call_every_run_returns_it(run: Any) -> None:
+    """stop() called while a call_every() run is going in the loop (from
+    that run) returns it: that run is its last."""
+
+    async def main() -> None:
+        timer = hwtimer.HashedWheelTimer(0.001, 512)
+        left: list[hwtimer.Timeout] = []
+        runs = 0
+
+        def tick() -> None:
+            nonlocal runs
+            runs += 1
+            if runs == 1:
+                left.extend(timer.stop())
+
+        try:
+            handle = timer.call_every(0.01, tick)
+            await _wait_until(lambda: runs >= 1)
+            assert [t for t in left if t is handle] == [handle]
+            await asyncio.sleep(0.1)
+            assert runs == 1
+            assert handle.is_cancelled()
+        finally:
+            timer.stop()
+
+    run(main)
+
+
 def test_a_timer_dropped_as_a_coroutine_returns_keeps_its_result() -> None:
     """On 3.9 a coroutine's locals are freed after its return value is set
     as StopIteration: a timer freed then must not clear it."""
