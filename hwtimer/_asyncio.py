@@ -261,8 +261,20 @@ async def sleep(
         return await asyncio.sleep(delay, result)
     loop = asyncio.get_running_loop()
     fut = loop.create_future()
-    handle = timer.call_later(delay, _set_result_unless_done, fut, result, loop=loop)
+    moved: asyncio.TimerHandle | None = None
+
+    def on_stop(remaining: float) -> None:
+        # The timer stopped before the deadline (called in this loop's
+        # thread): the sleep goes on on the loop's clock, `remaining`
+        # seconds on from now, as asyncio.sleep() would have.
+        nonlocal moved
+        if not fut.done() and remaining != math.inf:
+            moved = loop.call_later(remaining, _set_result_unless_done, fut, result)
+
+    handle = timer._call_later_on_stop(on_stop, delay, _set_result_unless_done, fut, result)
     try:
         return await fut
     finally:
         handle.cancel()
+        if moved is not None:
+            moved.cancel()

@@ -63,6 +63,14 @@ class HashedWheelTimer:
         loop: AbstractEventLoop | None = None,
         context: contextvars.Context | None = None,
     ) -> Timeout: ...
+    def _call_later_on_stop(
+        self,
+        on_stop: Callable[[float], object],
+        delay: _Seconds,
+        callback: Callable[..., object],
+        /,
+        *args: Any,
+    ) -> Timeout: ...
     def new_periodic(
         self,
         /,

@@ -251,6 +251,13 @@ struct LoopTimeoutObject {
     /* borrowed: the sink's other live timeouts, so that closing the sink
        can cancel them */
     LoopTimeoutObject *sink_prev, *sink_next;
+    /* owned, or NULL: set on the deadline of a hwtimer.sleep() or a
+       TimeoutScope.  If stop() cancels the timeout before it is due, it
+       is not in stop()'s list: on_stop(remaining) is called instead, in
+       the loop's thread, with the seconds left to the deadline on the
+       timer's clock (>= 0, inf for one never due), so that the deadline
+       goes on on the loop's own clock.  Cleared by cancel(). */
+    PyObject *on_stop;
 };
 
 /* Delivery to one event loop: a wake fd the loop watches, drained in C;
@@ -472,6 +479,12 @@ int hwtimer_loop_call(LoopTimeoutObject *to);
 /* Reports the exception set as asyncio reports a failed handle.  Returns
    -1, leaving it set, for KeyboardInterrupt and SystemExit; else 0. */
 int hwtimer_loop_report(LoopTimeoutObject *to);
+/* For the stop() that swept `to`, which has an on_stop: hands it to its
+   loop (from any thread), whose thread then calls on_stop; a loop gone or
+   closed gets nothing, as nothing waits there.  Keeps any exception set. */
+void hwtimer_loop_timeout_stopped(LoopTimeoutObject *to);
+/* Lets go of `to`'s on_stop: its owner cancelled the deadline. */
+void hwtimer_loop_timeout_drop_on_stop(LoopTimeoutObject *to);
 
 /* runner.c */
 /* Expired timeouts run one after another on one thread, as a batch: the
@@ -606,6 +619,9 @@ typedef struct {
     Py_ssize_t cancelling; /* the task's cancel requests on entering */
     double created_at;     /* loop.time() when made by _after(), else NaN */
     int64_t created_ns;    /* and the timer's clock then (scope.c) */
+    /* its timer stopped while it was entered: its deadline went to the
+       loop's clock, and so does any reschedule() */
+    bool on_loop;
 } ScopeObject;
 
 extern PyType_Spec hwtimer_done_spec;

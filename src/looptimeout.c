@@ -146,8 +146,54 @@ int hwtimer_loop_report(LoopTimeoutObject *to)
     return 0;
 }
 
+void hwtimer_loop_timeout_stopped(LoopTimeoutObject *to)
+{
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyObject *loop = hwtimer_sink_loop(to->sink);
+    /* asked first, so that a closed loop is not touched; one that closes
+       meanwhile refuses the call with RuntimeError */
+    PyObject *closed = loop ? PyObject_CallMethod(loop, "is_closed", NULL) : NULL;
+    PyObject *moved = closed == Py_False ? PyObject_GetAttrString((PyObject *)to, "_stopped") : NULL;
+    PyObject *r = moved ? PyObject_CallMethod(loop, "call_soon_threadsafe", "O", moved) : NULL;
+    if (!r && closed == Py_False && !PyErr_ExceptionMatches(PyExc_RuntimeError))
+        PyErr_WriteUnraisable((PyObject *)to);
+    PyErr_Clear(); /* else the loop is gone or closed: nothing waits there */
+    Py_XDECREF(r);
+    Py_XDECREF(moved);
+    Py_XDECREF(closed);
+    Py_XDECREF(loop);
+    PyErr_Restore(type, value, tb);
+}
+
+void hwtimer_loop_timeout_drop_on_stop(LoopTimeoutObject *to)
+{
+    Py_CLEAR(to->on_stop);
+}
+
+/* _stopped(): in the loop's thread, after stop() swept the timeout before
+   it was due: calls on_stop(remaining), once. */
+static PyObject *loop_timeout_stopped(LoopTimeoutObject *self, PyObject *unused)
+{
+    (void)unused;
+    PyObject *on_stop = self->on_stop;
+    if (!on_stop)
+        Py_RETURN_NONE; /* cancelled since: nothing waits for the deadline */
+    self->on_stop = NULL;
+    TimerObject *timer = TIMER_OF(&self->base);
+    int64_t deadline = hwt_timeout_deadline(&self->base.node);
+    int64_t now = hwtimer_clock_ns(timer) - hwt_timer_start_time(timer->core);
+    double remaining = deadline == HWT_NEVER ? Py_HUGE_VAL
+                       : deadline > now      ? (double)(deadline - now) / 1e9
+                                             : 0.0;
+    PyObject *r = PyObject_CallFunction(on_stop, "d", remaining);
+    Py_DECREF(on_stop);
+    return r;
+}
+
 static int loop_timeout_traverse(LoopTimeoutObject *self, visitproc visit, void *arg)
 {
+    Py_VISIT(self->on_stop);
     Py_VISIT(self->args);
     Py_VISIT(self->context);
     Py_VISIT((PyObject *)self->sink);
@@ -156,6 +202,7 @@ static int loop_timeout_traverse(LoopTimeoutObject *self, visitproc visit, void 
 
 static int loop_timeout_clear(LoopTimeoutObject *self)
 {
+    Py_CLEAR(self->on_stop);
     Py_CLEAR(self->args);
     Py_CLEAR(self->context);
     return hwtimer_timeout_clear(&self->base);
@@ -164,6 +211,7 @@ static int loop_timeout_clear(LoopTimeoutObject *self)
 static void loop_timeout_dealloc(LoopTimeoutObject *self)
 {
     PyObject_GC_UnTrack(self);
+    Py_CLEAR(self->on_stop);
     Py_CLEAR(self->args);
     Py_CLEAR(self->context);
     /* the sink outlives the node that points into it */
@@ -178,9 +226,11 @@ static void loop_timeout_dealloc(LoopTimeoutObject *self)
 /* cancel(): Timeout's.  A call_later() callback that it cancelled will
    never run: its arguments go at once, as asyncio's handles let go of
    theirs, not when the caller drops the handle.  A call_every() callback
-   keeps them: it may be in its run, which uses them. */
+   keeps them: it may be in its run, which uses them.  Its owner no longer
+   waits for the deadline: on_stop goes too. */
 static PyObject *loop_timeout_cancel(LoopTimeoutObject *self, PyObject *unused)
 {
+    Py_CLEAR(self->on_stop);
     PyObject *r = hwtimer_timeout_cancel(&self->base, unused);
     if (r == Py_True && self->period == 0) {
         PyObject *args = self->args; /* its release may run Python */
@@ -193,6 +243,8 @@ static PyObject *loop_timeout_cancel(LoopTimeoutObject *self, PyObject *unused)
 
 static PyMethodDef loop_timeout_methods[] = {
     {"cancel", (PyCFunction)loop_timeout_cancel, METH_NOARGS, HWTIMER_CANCEL_DOC},
+    {"_stopped", (PyCFunction)loop_timeout_stopped, METH_NOARGS,
+     "_stopped($self, /)\n--\n\nCalls on_stop: stop() swept the timeout before it was due."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -167,10 +167,12 @@ static int64_t timer_clock_ns(TimerObject *timer)
     return timer->manual ? atomic_load(&timer->manual_now) : hwt_monotonic_ns(NULL);
 }
 
+static PyMethodDef timer_stopped_def;
+
 /* Puts the deadline `when` (loop.time()) on the wheel, or, if it has
    passed, on the loop for its next iteration, as asyncio does; following
-   the loop's clock, a real timer's deadline goes to the loop's call_at().
-   Returns 0 or -1. */
+   the loop's clock, or once its timer stopped under it, the deadline goes
+   to the loop's call_at().  Returns 0 or -1. */
 static int scope_schedule(ScopeObject *self, double when)
 {
     hwtimer_state *st = scope_state(self);
@@ -179,7 +181,7 @@ static int scope_schedule(ScopeObject *self, double when)
     if (!self->timer && !(self->timer = PyObject_CallNoArgs(st->default_timer)))
         return -1;
     TimerObject *timer = (TimerObject *)self->timer;
-    bool on_loop = st->follow_loop_time && !timer->manual;
+    bool on_loop = (st->follow_loop_time && !timer->manual) || self->on_loop;
     if (!isnan(now) && !on_loop) {
         /* loop.time() now, from that at creation plus what the timer's
            clock has moved since: the scope may be entered long after it
@@ -208,10 +210,17 @@ static int scope_schedule(ScopeObject *self, double when)
     } else if (on_loop) {
         handle = call_at(self->loop, when, callback, st->empty_context);
     } else {
+        /* made first: nothing that runs Python may come between the
+           schedule and its on_stop, or a stop() could sweep it unseen */
+        PyObject *on_stop = PyCFunction_New(&timer_stopped_def, (PyObject *)self);
         int64_t delay_ns;
-        if (hwtimer_delay_from_seconds(delay, "delay", &delay_ns) == 0)
+        if (on_stop && hwtimer_delay_from_seconds(delay, "delay", &delay_ns) == 0)
             handle = hwtimer_call_later(timer, delay_ns, callback,
                                         st->empty_tuple, self->loop, st->empty_context);
+        if (handle)
+            ((LoopTimeoutObject *)handle)->on_stop = on_stop; /* the reference moves */
+        else
+            Py_XDECREF(on_stop);
     }
     Py_DECREF(callback);
     if (!handle)
@@ -230,6 +239,7 @@ static int scope_unschedule(ScopeObject *self)
     int r = 0;
     if (PyObject_TypeCheck(handle, scope_state(self)->timeout_type)) {
         TimeoutObject *to = (TimeoutObject *)handle;
+        hwtimer_loop_timeout_drop_on_stop((LoopTimeoutObject *)to);
         int err = hwt_timeout_cancel(&to->node);
         if (err != HWT_OK && err != HWT_EFINAL)
             r = hwtimer_core_error(TIMER_OF(to), err, "cancel the scope's deadline");
@@ -377,6 +387,10 @@ static PyObject *scope_reschedule(ScopeObject *self, PyObject *when)
         return NULL;
     Py_INCREF(when);
     Py_XSETREF(self->when, when);
+    /* its timer stopped under it (maybe just now, its on_stop yet to
+       come): the deadline goes on on the loop's clock */
+    if (self->timer && hwt_timer_stopped(((TimerObject *)self->timer)->core))
+        self->on_loop = true;
     if (scope_unschedule(self) < 0 || (when != Py_None && scope_schedule(self, w) < 0))
         return NULL;
     Py_RETURN_NONE;
@@ -506,6 +520,48 @@ static PyObject *scope_on_timeout(ScopeObject *self, PyObject *unused)
     self->phase = EXPIRING;
     Py_RETURN_NONE;
 }
+
+/* The on_stop of the scope's deadline on the wheel: its timer stopped
+   before it was due (called in the loop's thread, `remaining` seconds
+   before it, on the timer's clock).  The deadline, and any later one,
+   goes to the loop's call_at(): at `when` itself on the loop's clock,
+   which a real timer's follows; a ManualTimer's clock is its own, so
+   there the time left on it goes on on the loop's. */
+static PyObject *scope_timer_stopped(ScopeObject *self, PyObject *remaining_o)
+{
+    hwtimer_state *st = scope_state(self);
+    double remaining = PyFloat_AsDouble(remaining_o);
+    if (remaining == -1.0 && PyErr_Occurred())
+        return NULL;
+    PyObject *handle = self->handle;
+    /* the scope drops a deadline it cancels itself: one still held that
+       is cancelled is the one stop() swept */
+    if (self->phase != ENTERED || !handle || !PyObject_TypeCheck(handle, st->timeout_type) ||
+        atomic_load(&((TimeoutObject *)handle)->node.state) != HWT_CANCELLED)
+        Py_RETURN_NONE;
+    self->on_loop = true;
+    if (isinf(remaining))
+        Py_RETURN_NONE; /* never due: the wheel's HWT_NEVER */
+    double when;
+    if (((TimerObject *)self->timer)->manual) {
+        PyObject *now_o = call_method(self->loop, st->str_time, NULL);
+        when = now_o ? PyFloat_AsDouble(now_o) : -1.0;
+        Py_XDECREF(now_o);
+        if (when == -1.0 && PyErr_Occurred())
+            return NULL;
+        when += remaining;
+    } else {
+        when = PyFloat_AsDouble(self->when);
+        if (when == -1.0 && PyErr_Occurred())
+            return NULL;
+    }
+    if (scope_unschedule(self) < 0 || scope_schedule(self, when) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef timer_stopped_def = {"_timer_stopped", (PyCFunction)scope_timer_stopped,
+                                        METH_O, NULL};
 
 /* Calling a scope is its _on_timeout(): it is its deadline's callback. */
 static PyObject *scope_call(ScopeObject *self, PyObject *args, PyObject *kwargs)

@@ -102,7 +102,8 @@ static int manual_start(TimerObject *self)
 /* Returns what stop() returns (a new reference), or NULL: the periodic
    timeouts that were in their run (those on the executor or delivered to a
    loop too, whose runs may end later), and the chain `left`, which it
-   releases either way. */
+   releases either way.  The deadlines of sleep() and of scopes in `left`
+   are not listed: they go on on their loops' clocks. */
 static PyObject *stop_list(TimerObject *self, hwt_timeout *left)
 {
     PyObject *list = self->stopped_periodic ? self->stopped_periodic : PyList_New(0);
@@ -110,10 +111,13 @@ static PyObject *stop_list(TimerObject *self, hwt_timeout *left)
     self->stop_collected = true;
     hwtimer_stop_handed_out(self, list);
     hwtimer_loop_sinks_stop_periodic(self, list);
+    PyTypeObject *loop_timeout_type = self->module_state->loop_timeout_type;
     while (left) {
         hwt_timeout *next = hwt_timeout_of(left->link.next);
         PyObject *to = hwtimer_timeout_from_node(left);
-        if (list && PyList_Append(list, to) < 0)
+        if (Py_IS_TYPE(to, loop_timeout_type) && ((LoopTimeoutObject *)to)->on_stop)
+            hwtimer_loop_timeout_stopped((LoopTimeoutObject *)to);
+        else if (list && PyList_Append(list, to) < 0)
             Py_CLEAR(list); /* still release the rest */
         hwtimer_timeout_track_if_held((TimeoutObject *)to); /* the list's now */
         Py_DECREF(to);
@@ -744,6 +748,32 @@ static PyObject *timer_call_every(TimerObject *self, PyObject *const *args, Py_s
     return loop_call(self, true, args, nargs, kwnames);
 }
 
+/* _call_later_on_stop(on_stop, delay, callback, *args): call_later() on
+   the running loop, for hwtimer.sleep(), whose deadline must outlive the
+   timer's stop(): on_stop(remaining) is called in the loop's thread if
+   stop() cancels the timeout before it is due (LoopTimeoutObject).  Set
+   before anything else runs, so that no stop() can come in between. */
+static PyObject *timer_call_later_on_stop(TimerObject *self, PyObject *const *args,
+                                          Py_ssize_t nargs, PyObject *kwnames)
+{
+    if (nargs < 1 || kwnames) {
+        PyErr_SetString(PyExc_TypeError, "_call_later_on_stop() takes on_stop, delay, callback, *args");
+        return NULL;
+    }
+    PyObject *on_stop = args[0];
+    if (!HWT_CALLABLE(on_stop)) {
+        PyErr_Format(PyExc_TypeError, "on_stop must be callable, not %.200s",
+                     hwtimer_type_name(Py_TYPE(on_stop)));
+        return NULL;
+    }
+    PyObject *to = loop_call(self, false, args + 1, nargs - 1, NULL);
+    if (to) {
+        Py_INCREF(on_stop);
+        ((LoopTimeoutObject *)to)->on_stop = on_stop;
+    }
+    return to;
+}
+
 static PyObject *timer_pending_timeouts(TimerObject *self, PyObject *unused)
 {
     (void)unused;
@@ -931,6 +961,10 @@ static PyMethodDef timer_methods[] = {
     {"call_later", (PyCFunction)(void (*)(void))timer_call_later, METH_FASTCALL | METH_KEYWORDS,
      "call_later($self, delay, callback, /, *args, loop=None, context=None)\n--\n\nRuns "
      "callback(*args) in the thread of an asyncio event loop after delay seconds."},
+    {"_call_later_on_stop", (PyCFunction)(void (*)(void))timer_call_later_on_stop,
+     METH_FASTCALL | METH_KEYWORDS,
+     "_call_later_on_stop($self, on_stop, delay, callback, /, *args)\n--\n\ncall_later() on the "
+     "running loop; on_stop(remaining) runs there if stop() cancels it before it is due."},
     {"new_periodic", (PyCFunction)(void (*)(void))timer_new_periodic, METH_FASTCALL | METH_KEYWORDS,
      "new_periodic($self, /, task, period, *, delay=None, missed='skip')\n--\n\nCalls "
      "task(timeout) at start + delay + k * period, k = 0, 1, ..., until cancelled; missed runs "

@@ -1307,6 +1307,97 @@ def test_many_concurrent_sleeps(run: Any) -> None:
 # --- stop() under asyncio -----------------------------------------------------
 
 
+def test_sleep_scope_and_wait_for_outlive_their_timers_stop(run: Any, own_timer: Any) -> None:
+    """Stopped before their deadline, the timer's sleep(), timeout() and
+    wait_for() go on on the loop's clock: each ends at its deadline, not
+    before, and none of their deadlines is in stop()'s list."""
+
+    async def guarded() -> None:
+        async with hwtimer.timeout(0.5, timer=own_timer):
+            await _forever()
+
+    async def main() -> None:
+        start = time.monotonic()
+        ended: dict[str, float] = {}
+        tasks = {
+            "sleep": asyncio.ensure_future(hwtimer.sleep(0.5, "woke", timer=own_timer)),
+            "timeout": asyncio.ensure_future(guarded()),
+            "wait_for": asyncio.ensure_future(hwtimer.wait_for(_forever(), 0.5, timer=own_timer)),
+        }
+        for name, task in tasks.items():
+            task.add_done_callback(lambda _, name=name: ended.setdefault(name, time.monotonic()))
+        await asyncio.sleep(0)  # each has its deadline on the wheel
+        assert own_timer.pending_timeouts() == 3
+        assert own_timer.stop() == []
+        done, _ = await asyncio.wait(tasks.values(), timeout=SOON)
+        assert len(done) == 3, "a deadline was lost with its timer"
+        assert tasks["sleep"].result() == "woke"
+        for name in ("timeout", "wait_for"):
+            with pytest.raises(TimeoutError):
+                tasks[name].result()
+        for name, when in ended.items():
+            # uvloop's clock counts whole milliseconds
+            assert when - start >= 0.5 - 0.002, name
+
+    run(main)
+
+
+def test_sleep_cancelled_after_its_timers_stop(run: Any, own_timer: Any) -> None:
+    async def main() -> None:
+        task = asyncio.ensure_future(hwtimer.sleep(0.2, timer=own_timer))
+        await asyncio.sleep(0)
+        own_timer.stop()
+        await asyncio.sleep(0.01)  # on the loop's clock now
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    run(main)
+
+
+def test_scope_rescheduled_after_its_timers_stop(run: Any, own_timer: Any) -> None:
+    """reschedule() of a scope whose timer stopped, even before the scope
+    heard of it, puts the deadline on the loop's clock."""
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        with pytest.raises(TimeoutError):
+            async with hwtimer.timeout(SOON * 10, timer=own_timer) as scope:
+                own_timer.stop()
+                scope.reschedule(loop.time() + 0.05)
+                await _forever()
+
+    async def entered_before() -> None:
+        loop = asyncio.get_running_loop()
+        timer = hwtimer.HashedWheelTimer(0.005, 64)
+        try:
+            with pytest.raises(TimeoutError):
+                async with hwtimer.timeout(SOON * 10, timer=timer) as scope:
+                    timer.stop()
+                    await asyncio.sleep(0.01)  # the scope hears of the stop
+                    scope.reschedule(loop.time() + 0.05)
+                    await _forever()
+        finally:
+            timer.stop()
+
+    run(main)
+    run(entered_before)
+
+
+def test_sleep_follows_the_loop_when_its_timer_stops_in_looptime_mode(own_timer: Any) -> None:
+    from hwtimer.testing import follow_loop_time
+
+    async def main() -> str:
+        task = asyncio.ensure_future(hwtimer.sleep(0.05, "woke", timer=own_timer))
+        await asyncio.sleep(0)
+        own_timer.stop()
+        async with hwtimer.timeout(SOON, timer=own_timer):
+            return await task
+
+    with follow_loop_time():
+        assert asyncio.run(main()) == "woke"
+
+
 def _wait_delivered(timer: hwtimer.HashedWheelTimer, handle: hwtimer.Timeout) -> None:
     """Blocks the loop until `handle`'s run is handed to it: off the wheel
     (no longer in the snapshot), still pending."""
