@@ -154,7 +154,8 @@ void hwtimer_loop_timeout_stopped(LoopTimeoutObject *to)
     /* asked first, so that a closed loop is not touched; one that closes
        meanwhile refuses the call with RuntimeError */
     PyObject *closed = loop ? PyObject_CallMethod(loop, "is_closed", NULL) : NULL;
-    PyObject *moved = closed == Py_False ? PyObject_GetAttrString((PyObject *)to, "_stopped") : NULL;
+    PyObject *moved =
+        closed == Py_False ? PyObject_GetAttrString((PyObject *)to, "_stopped") : NULL;
     PyObject *r = moved ? PyObject_CallMethod(loop, "call_soon_threadsafe", "O", moved) : NULL;
     if (!r && closed == Py_False && !PyErr_ExceptionMatches(PyExc_RuntimeError))
         PyErr_WriteUnraisable((PyObject *)to);

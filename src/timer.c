@@ -757,7 +757,8 @@ static PyObject *timer_call_later_on_stop(TimerObject *self, PyObject *const *ar
                                           Py_ssize_t nargs, PyObject *kwnames)
 {
     if (nargs < 1 || kwnames) {
-        PyErr_SetString(PyExc_TypeError, "_call_later_on_stop() takes on_stop, delay, callback, *args");
+        PyErr_SetString(PyExc_TypeError,
+                        "_call_later_on_stop() takes on_stop, delay, callback, *args");
         return NULL;
     }
     PyObject *on_stop = args[0];
