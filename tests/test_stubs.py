@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import PACKAGE_ROOT
 
 
 @pytest.mark.skipif("san.so" in os.environ.get("LD_PRELOAD", ""), reason="under a sanitizer")
@@ -16,6 +17,38 @@ def test_stubtest_finds_no_difference(tmp_path) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "mypy.stubtest", "hwtimer._hwtimer"],
         cwd=tmp_path,  # the installed package, as the suite tests it
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+USER_CODE = """
+from hwtimer import HashedWheelTimer
+from hwtimer.testing import ManualTimer
+
+with ManualTimer() as manual:
+    ran: int = manual.advance(1)
+with HashedWheelTimer() as timer:
+    pending: int = timer.pending_timeouts()
+"""
+
+
+@pytest.mark.skipif("san.so" in os.environ.get("LD_PRELOAD", ""), reason="under a sanitizer")
+def test_the_stubs_type_a_users_code(tmp_path) -> None:
+    """What stubtest does not see: the types a user's code gets, checked by
+    mypy --strict against the installed package (a timer's `with` gives
+    the timer's own class)."""
+    pytest.importorskip("mypy")
+    (tmp_path / "user.py").write_text(USER_CODE)
+    env = dict(os.environ)
+    if os.path.basename(PACKAGE_ROOT) != "site-packages":
+        env["MYPYPATH"] = PACKAGE_ROOT  # a checkout (an editable install mypy cannot follow)
+    proc = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--no-incremental", "user.py"],
+        cwd=tmp_path,
+        env=env,
         capture_output=True,
         text=True,
         timeout=300,
