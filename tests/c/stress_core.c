@@ -16,7 +16,9 @@
  *
  * Re-arm rounds (rearm_round) race resets against expiry and cancels from
  * several threads on one-shot timeouts, and run periodic timeouts of every
- * missed-run policy on two consumer threads while others cancel them:
+ * missed-run policy on two consumer threads while others cancel them
+ * (a run due again at once sometimes goes back on the wheel instead, as
+ * the binding's runner does when other work waits):
  * a timeout never expires before its current deadline (so never at the
  * old one once a reset moved it later), a one-shot at most once, a
  * periodic one's runs never overlap, come in rising grid order (exactly
@@ -635,9 +637,15 @@ static void ra_check_run(ra_shared *sh, ra_item *it, int64_t d, int64_t now, boo
 /* Runs a delivered periodic item, as a binding's runner does. */
 static void ra_run(ra_shared *sh, ra_item *it, uint64_t *rng)
 {
-    if (atomic_load(&it->to.state) == HWT_CANCELLED) {
+    uint32_t state = atomic_load(&it->to.state);
+    if (state == HWT_CANCELLED) {
         hwt_timeout_finish(&it->to, HWT_CANCELLED);
         atomic_fetch_add(&it->ends, 1);
+        return;
+    }
+    if (state == HWT_RUNNING_RESET) { /* reset before its run began: moved */
+        if (hwt_timeout_requeue(&it->to) != HWT_OK)
+            atomic_fetch_add(&it->ends, 1);
         return;
     }
     for (bool again = false;; again = true) {
@@ -659,6 +667,13 @@ static void ra_run(ra_shared *sh, ra_item *it, uint64_t *rng)
         int rc = hwt_timeout_rearm(&it->to, it->period, start, hwt_monotonic_ns(NULL));
         if (rc == HWT_OK)
             return;
+        if (rc == HWT_EAGAIN && next_rand(rng) % 4 == 0) {
+            /* due again, but other work waits: back on the wheel, due */
+            rc = hwt_timeout_requeue(&it->to);
+            if (rc != HWT_OK)
+                atomic_fetch_add(&it->ends, 1);
+            return;
+        }
         if (rc == HWT_EAGAIN && !atomic_load(&sh->done))
             continue;
         if (rc == HWT_EAGAIN)
