@@ -33,7 +33,8 @@ class ManualTimer(_ManualTimer):
     clock (``time()``) starts at 0.0 and moves only by ``advance()``.
 
     Timeouts run as on a perfectly punctual real timer: a timeout due at
-    ``d`` runs at the end of the tick that holds ``d``, in the thread that
+    ``d`` runs at the end of the first tick that ends at or after ``d`` (at
+    ``d`` itself on a tick boundary, never before it), in the thread that
     calls ``advance()``, with ``time()`` reading that tick's end.
 
     ``task_errors`` lists the exceptions its tasks raised (each is also

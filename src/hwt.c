@@ -668,7 +668,9 @@ static void sleep_until_tick(hwt_timer *t, int64_t target)
             wake_at = tick_end(t, target);
         }
     }
-    int64_t limit = wake_at == HWT_NEVER ? HWT_NEVER : target * t->cfg.tick_ns;
+    /* a deadline at or before the start of tick `target` falls due at an
+       earlier tick (wheel.c's due_tick()): it wakes the worker */
+    int64_t limit = wake_at == HWT_NEVER ? HWT_NEVER : target * t->cfg.tick_ns + 1;
     hwt_park_prepare(&t->park);
     atomic_store(&t->wake_limit, limit);
     atomic_store(&t->cancel_wake, cancel_wake);

@@ -57,11 +57,14 @@ static inline int64_t block_start(int64_t tick, unsigned shift)
     return shift >= 63 ? 0 : tick & ~((INT64_C(1) << shift) - 1);
 }
 
-/* The tick a timeout is due at, inserted now: never before the current
-   tick (a deadline already past fires at the next tick's end). */
+/* The tick a timeout is due at, inserted now: the first tick that ends at
+   or after its deadline (one on a tick boundary is due at the tick that
+   ends there, as on a punctual timer, never early), and never before the
+   current tick (a deadline already past fires at the current tick's end). */
 static inline int64_t due_tick(const hwt_wheel *w, const hwt_timeout *to)
 {
-    int64_t calc = hwt_timeout_deadline(to) / w->tick_ns;
+    int64_t deadline = hwt_timeout_deadline(to);
+    int64_t calc = deadline <= 0 ? 0 : (deadline - 1) / w->tick_ns;
     return calc > w->elapsed ? calc : w->elapsed;
 }
 

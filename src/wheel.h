@@ -78,7 +78,8 @@ int hwt_wheel_init(hwt_wheel *w, uint32_t ticks_per_wheel, int64_t tick_ns);
 void hwt_wheel_destroy(hwt_wheel *w);
 
 /* Links `to` (on no list) where its deadline belongs: due at tick
-   max(deadline / tick_ns, elapsed), at the tail of that tick's list. */
+   max(ceil(deadline / tick_ns) - 1, 0, elapsed), the first that ends at or
+   after it, at the tail of that tick's list. */
 void hwt_wheel_insert(hwt_wheel *w, hwt_timeout *to);
 /* Takes `to` off its list (it must be on one); link.prev is NULL after. */
 void hwt_wheel_unlink(hwt_wheel *w, hwt_timeout *to);

@@ -1,6 +1,7 @@
 """hwtimer.testing.ManualTimer: the real wheel in manual mode, on a clock the
 test moves.  Netty's cases of test_netty.py rerun here with exact ticks:
-a timeout due at d runs at the end of the tick that holds d."""
+a timeout due at d runs at the end of the first tick that ends at or after
+d, so at d itself when d is a tick boundary."""
 
 from __future__ import annotations
 
@@ -121,7 +122,7 @@ def test_clock_moves_only_by_advance(manual: ManualTimer) -> None:
     assert manual.time() == 0.1
     assert manual.advance(timedelta(milliseconds=200)) == 1
     assert manual.time() == pytest.approx(0.3)
-    assert task.times == [0.251]  # the end of the tick that holds 0.25
+    assert task.times == [0.25]  # 0.25 ends a tick: it runs there, on time
     assert "ago" in repr(timeout)
 
 
@@ -161,10 +162,10 @@ def test_deadlines_count_from_the_clock_at_scheduling(manual: ManualTimer) -> No
     task = Recorder(manual)
     timeout = manual.new_timeout(task, 2)
     assert timeout.deadline == 7.0
-    manual.advance(2)
-    assert task.count == 0  # 7.0 is the start of the tick that ends at 7.001
+    manual.advance(1.999)
+    assert task.count == 0  # never early
     manual.advance(0.001)
-    assert task.times == [7.001]
+    assert task.times == [7.0]  # 7.0 ends a tick: it runs there
 
 
 def test_time_reads_each_ticks_end_while_its_tasks_run(make_manual) -> None:
@@ -187,7 +188,7 @@ def test_timeouts_scheduled_by_tasks_run_in_the_same_advance(manual: ManualTimer
 
     manual.new_timeout(task, 0.01)
     assert manual.advance(1) == 5
-    assert times == pytest.approx([0.011, 0.022, 0.033, 0.044, 0.055])
+    assert times == pytest.approx([0.01, 0.02, 0.03, 0.04, 0.05])
     assert manual.pending_timeouts() == 0
 
 
@@ -197,7 +198,7 @@ def test_a_task_scheduled_past_the_new_time_waits(manual: ManualTimer) -> None:
     assert manual.advance(1) == 1
     assert later.count == 0 and manual.pending_timeouts() == 1
     assert manual.advance(1) == 1
-    assert later.times == [1.502]
+    assert later.times == [1.5]
 
 
 def test_a_delay_of_zero_runs_at_the_next_tick(manual: ManualTimer) -> None:
@@ -216,22 +217,22 @@ def test_advance_to_next(make_manual) -> None:
     timer.new_timeout(task, 0.5)
     timer.new_timeout(task, 0.5)
     timer.new_timeout(task, 3)  # many turns of the 0.16 s wheel away
-    assert timer.advance_to_next() == 0.51
-    assert task.times == [0.51, 0.51]
-    assert timer.advance_to_next() == 3.01
+    assert timer.advance_to_next() == 0.5
+    assert task.times == [0.5, 0.5]
+    assert timer.advance_to_next() == 3.0
     assert timer.advance_to_next() is None
-    assert timer.time() == 3.01
+    assert timer.time() == 3.0
 
 
 def test_advance_to_next_skips_cancelled_timeouts(manual: ManualTimer) -> None:
     task = Recorder(manual)
     manual.new_timeout(task, 1).cancel()
     manual.new_timeout(task, 2)
-    assert manual.advance_to_next() == 2.001
+    assert manual.advance_to_next() == 2.0
     assert task.count == 1
     manual.new_timeout(task, 1).cancel()
     assert manual.advance_to_next() is None
-    assert manual.time() == 2.001
+    assert manual.time() == 2.0
 
 
 def test_task_errors_are_logged_and_do_not_stop_the_advance(
@@ -427,7 +428,7 @@ def test_a_task_may_advance_another_manual_timer(make_manual) -> None:
     inner.new_timeout(task, 1)
     outer.new_timeout(lambda _: inner.advance(2), 0.01)
     outer.advance(0.1)
-    assert task.times == [1.001]
+    assert task.times == [1.0]
 
 
 # ---- threads ----
@@ -538,10 +539,10 @@ def test_netty_schedule_timeout_should_not_run_before_delay(make_manual) -> None
     timer = make_manual(0.1, 512)
     task = Recorder(timer)
     timeout = timer.new_timeout(task, 3)
-    timer.advance(3)
+    timer.advance(2.999)
     assert task.count == 0 and not timeout.is_expired()
-    timer.advance(0.1)
-    assert task.times == [3.1]
+    timer.advance(0.001)
+    assert task.times == [3.0]
     assert timeout.is_expired()
 
 
@@ -550,7 +551,7 @@ def test_netty_schedule_timeout_should_run_after_delay(make_manual) -> None:
     task = Recorder(timer)
     timeout = timer.new_timeout(task, 0.2)
     assert timer.advance(0.3) == 1
-    assert task.times == [0.3]
+    assert task.times == [0.2]
     assert timeout.is_expired()
 
 
@@ -591,7 +592,7 @@ def test_netty_timer_overflow_wheel_length(make_manual) -> None:
 
     timer.new_timeout(again, 0.1)
     assert timer.advance(1) == 3
-    assert task.times == [0.11, 0.22, 0.33]
+    assert task.times == [0.1, 0.2, 0.3]
     assert len(timer.stop()) == 1
 
 
@@ -654,8 +655,8 @@ def test_netty_overflow(make_manual, delay: float) -> None:
     timer = make_manual(0.1, 8)
     task = Recorder(timer)
     timer.new_timeout(task, delay)
-    assert timer.advance_to_next() == pytest.approx(delay + 0.1)
-    assert task.times == [pytest.approx(delay + 0.1)]
+    assert timer.advance_to_next() == pytest.approx(delay)
+    assert task.times == [pytest.approx(delay)]
 
 
 def test_netty_cancelled_task_is_never_run(manual: ManualTimer) -> None:
@@ -670,12 +671,12 @@ def test_netty_cancelled_task_is_never_run(manual: ManualTimer) -> None:
 def test_never_early_on_every_tick(make_manual) -> None:
     timer = make_manual(0.01, 16)
     late: list[float] = []
-    for i in range(500):
-        delay = i * 0.00137
+    delays = [i * 0.00137 for i in range(500)] + [k * 0.01 for k in range(1, 50)]
+    for delay in delays:
         timer.new_timeout(lambda t: late.append(timer.time() - t.deadline), delay)
     timer.advance(1)
-    assert len(late) == 500
-    assert min(late) > 0
+    assert len(late) == len(delays)
+    assert min(late) == 0  # those on a tick boundary run at it, none before
     assert max(late) <= 0.01 + 1e-9
 
 
@@ -732,12 +733,38 @@ def test_advancing_over_n_periods_runs_a_periodic_timeout_n_times(make_manual, m
     timer = make_manual(0.01, 16)
     task = Recorder(timer)
     periodic = timer.new_periodic(task, 0.5, missed=missed)
-    assert timer.advance(10.01) == 20  # each run at the end of its tick
-    assert task.times == pytest.approx([0.5 * k + 0.01 for k in range(1, 21)])
+    # API.md: time moves as on a punctual timer, so advancing over n periods
+    # runs it n times, each at its deadline (a tick's end)
+    assert timer.advance(10) == 20
+    assert task.times == pytest.approx([0.5 * k for k in range(1, 21)])
     assert task.calls == [periodic] * 20
+    assert timer.advance(0.499) == 0  # never early
+    assert timer.advance(0.001) == 1 and task.times[-1] == pytest.approx(10.5)
+    assert timer.advance(2.5) == 5 and task.count == 26
     assert not periodic.is_expired() and timer.pending_timeouts() == 1
     assert periodic.cancel()
-    assert timer.advance(10) == 0 and task.count == 20
+    assert timer.advance(10) == 0 and task.count == 26
+
+
+@pytest.mark.parametrize("delay", [0.001, 0.005, 0.25, 3, 7.5])
+@pytest.mark.parametrize("start", [0, 1])
+def test_a_timeout_of_delay_d_runs_within_advance_d(
+    manual: ManualTimer, delay: float, start: float
+) -> None:
+    # API.md: advance(d) from a tick boundary runs a timeout due d later,
+    # with time() reading its deadline; not a tick sooner (far ones too,
+    # past a turn of the wheel)
+    manual.advance(start)
+    task = Recorder(manual)
+    timeout = manual.new_timeout(task, delay)
+    assert manual.advance(delay - 0.0005) == 0 and task.count == 0
+    assert manual.advance(0.0005) == 1
+    assert task.times == [pytest.approx(start + delay)]
+    assert task.times == [timeout.deadline]
+    again = Recorder(manual)
+    manual.new_timeout(again, delay)
+    assert manual.advance(delay) == 1
+    assert again.times == [pytest.approx(start + 2 * delay)]
 
 
 @pytest.mark.parametrize("missed, runs", [("skip", 10), ("delay", 10), ("burst", 100)])
@@ -763,9 +790,9 @@ def test_advance_counts_only_the_periodic_runs_that_happen(make_manual) -> None:
     moved.append(timer.new_periodic(task, 0.05))
     assert timer.advance(0.06) == 2  # the two one-shot tasks
     assert task.calls == []
-    assert moved[0].deadline == pytest.approx(1.06)
+    assert moved[0].deadline == pytest.approx(1.05)
     assert timer.advance(1.01) == 1  # the moved one, at its new deadline
-    assert task.times == [pytest.approx(1.07)]
+    assert task.times == [pytest.approx(1.05)]
 
 
 def test_periodic_with_a_first_delay_and_stop(make_manual) -> None:
@@ -788,7 +815,7 @@ def test_reset_moves_the_deadline_on_the_manual_clock(manual: ManualTimer) -> No
     manual.advance(9.5)  # past the old deadline
     assert task.count == 0
     manual.advance(1)
-    assert task.times == [18.001]
+    assert task.times == [18.0]
     assert timeout.reset(1) is False  # it has run
 
 
@@ -845,7 +872,7 @@ def test_reset_and_cancel_before_the_timer_takes_the_timeout(manual: ManualTimer
     assert gone.reset(4) is False
     assert manual.pending_timeouts() == 2
     manual.advance(10)
-    assert task.times == [2.001, 5.001]
+    assert task.times == [2.0, 5.0]
     assert task.calls == [sooner, later]
     assert manual.stats()["cancelled"] == 1
 
@@ -857,5 +884,5 @@ def test_a_task_resetting_another_within_one_advance(manual: ManualTimer) -> Non
     manual.new_periodic(lambda t: timeout.reset(1), 0.5)
     manual.advance(60)
     assert watched.count == 0
-    # the last heartbeat ran at 59.501 (the end of its tick)
-    assert timeout.deadline == pytest.approx(60.501)
+    # the last heartbeat ran at 60.0, the end of the advance
+    assert timeout.deadline == pytest.approx(61.0)

@@ -8,11 +8,13 @@
  * sequence of schedules (one-shot and periodic), cancels, resets and clock
  * advances; after every step the core's deliveries, states and counters
  * must equal the model's.  The model is a plain array of items: an item is
- * due at tick max(deadline / tick, the wheel's tick when it was linked), is
- * delivered by the first advance whose clock has passed the end of that
- * tick, and within one advance and one sink expiries come by tick, then in
- * link order.  An advance links the items reset while in a bucket first
- * (in reset order), then the queued ones (in the order they were queued).
+ * due at the first tick that ends at or after its deadline (tick
+ * ceil(deadline / tick) - 1, 0 for a deadline <= 0), or at the wheel's
+ * tick when it was linked if that is later, is delivered by the first
+ * advance whose clock has reached the end of that tick, and within one
+ * advance and one sink expiries come by tick, then in link order.  An
+ * advance links the items reset while in a bucket first (in reset order),
+ * then the queued ones (in the order they were queued).
  * A delivered periodic item is "run" at once: the clock moves by a chosen
  * run time, a cancel, reset or failure may come during the run, and the
  * re-arm must give the deadline and result that m_next() computes.
@@ -302,7 +304,7 @@ static void m_check_list(m_run *r, size_t n, int from, int64_t rel, const char *
                 "%s: item %u (deadline %" PRId64 ", due tick %" PRId64
                 ") expired early: clock rel %" PRId64,
                 where, it->id, it->deadline, it->due, rel);
-        M_CHECK(r, it->deadline < rel, "%s: item %u deadline %" PRId64 " not before now %" PRId64,
+        M_CHECK(r, it->deadline <= rel, "%s: item %u deadline %" PRId64 " after now %" PRId64,
                 where, it->id, it->deadline, rel);
         int routed = it->target == 0   ? M_FROM_DEFAULT
                      : r->sink2_closed ? M_FROM_RELEASED
@@ -716,7 +718,7 @@ static void m_link_waiting(m_run *r)
         }
         if (!next)
             return;
-        int64_t calc = next->deadline / r->cfg.tick_ns;
+        int64_t calc = next->deadline <= 0 ? 0 : (next->deadline - 1) / r->cfg.tick_ns;
         next->due = calc > r->tick ? calc : r->tick;
         next->transferred = true;
         next->linked_never = next->deadline == HWT_NEVER;

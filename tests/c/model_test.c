@@ -41,7 +41,7 @@ static int far_walk(uint32_t wheel, int64_t delay)
         return 1;
     a.sink = b.sink = hwt_timer_default_sink(t);
     hwt_timer_schedule(t, &a, delay);
-    int64_t end = (delay / cfg.tick_ns + 1) * cfg.tick_ns, next = hwt_timer_advance(t, 0);
+    int64_t end = ((delay - 1) / cfg.tick_ns + 1) * cfg.tick_ns, next = hwt_timer_advance(t, 0);
     unsigned steps = 0, levels = 1 + (63 - (unsigned)__builtin_ctz(wheel) + 5) / 6;
     hwt_timeout *got = NULL;
     while (!got && next != HWT_NEVER && steps <= levels) {

@@ -141,7 +141,7 @@ static void consume(shared *sh, hwt_timeout *to, bool second)
         fail("item %td delivered twice", it - sh->items);
     if (state == HWT_EXPIRED) {
         int64_t rel = hwt_monotonic_ns(NULL) - hwt_timer_start_time(sh->t);
-        if (rel <= to->deadline)
+        if (rel < to->deadline)
             fail("item %td expired early: now %" PRId64 " ns, deadline %" PRId64, it - sh->items,
                  rel, to->deadline);
         bool to_s2 = to->sink == &sh->s2;
@@ -611,14 +611,15 @@ static int64_t ra_rel(ra_shared *sh)
 }
 
 /* Checks one run of a periodic item at deadline `d` (rel ns), started at
-   `now`; `again`: a back-to-back run, due at or before now. */
-static void ra_check_run(ra_shared *sh, ra_item *it, int64_t d, int64_t now, bool again)
+   `now`: early only before its deadline (one on a tick boundary runs at
+   that tick's end, a back-to-back one at once). */
+static void ra_check_run(ra_shared *sh, ra_item *it, int64_t d, int64_t now)
 {
     int64_t p = it->period;
     int missed = it->missed;
     if (!hwt_timeout_periodic(&it->to))
         fail("periodic %td delivered without its flag", it - sh->items);
-    if (again ? now < d : now <= d)
+    if (now < d)
         fail("periodic %td ran early: now %" PRId64 ", deadline %" PRId64, it - sh->items, now, d);
     if (it->runs && d <= it->last_deadline)
         fail("periodic %td: run at %" PRId64 " after one at %" PRId64, it - sh->items, d,
@@ -648,11 +649,11 @@ static void ra_run(ra_shared *sh, ra_item *it, uint64_t *rng)
             atomic_fetch_add(&it->ends, 1);
         return;
     }
-    for (bool again = false;; again = true) {
+    for (;;) {
         if (atomic_fetch_add(&it->running, 1) != 0)
             fail("periodic %td: runs overlap", it - sh->items);
         int64_t start = hwt_monotonic_ns(NULL), d = hwt_timeout_deadline(&it->to);
-        ra_check_run(sh, it, d, start - hwt_timer_start_time(sh->t), again);
+        ra_check_run(sh, it, d, start - hwt_timer_start_time(sh->t));
         uint64_t r = next_rand(rng);
         if (r % 8 == 0) /* a run longer than its period */
             sleep_ns(it->period + (int64_t)(r >> 8) % (2 * it->period));
@@ -712,7 +713,7 @@ static void *ra_consumer(void *arg)
                 ra_run(sh, it, &rng);
             } else {
                 int64_t now = ra_rel(sh), d = hwt_timeout_deadline(list);
-                if (now <= d)
+                if (now < d)
                     fail("one-shot %td expired early (or at an old deadline): now %" PRId64
                          ", deadline %" PRId64,
                          it - sh->items, now, d);
