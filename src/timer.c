@@ -485,6 +485,16 @@ static PyObject *timer_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
 
 /* ---- methods ---- */
 
+/* Returns 0 if `obj` is callable, or -1 with TypeError naming it `what`. */
+static inline int require_callable(PyObject *obj, const char *what)
+{
+    if (HWT_CALLABLE(obj))
+        return 0;
+    PyErr_Format(PyExc_TypeError, "%s must be callable, not %.200s", what,
+                 hwtimer_type_name(Py_TYPE(obj)));
+    return -1;
+}
+
 /* hwtimer_timer_start() for a timeout about to be scheduled, with its one
    check of a started timer: one started before fork() is refused by the
    schedule, in the same words (hwtimer_core_error()). */
@@ -530,11 +540,8 @@ static PyObject *timer_new_timeout(TimerObject *self, PyObject *const *args, Py_
         return NULL;
     }
     PyObject *task = given[0], *delay_o = given[1];
-    if (!HWT_CALLABLE(task)) {
-        PyErr_Format(PyExc_TypeError, "task must be callable, not %.200s",
-                     hwtimer_type_name(Py_TYPE(task)));
+    if (require_callable(task, "task") < 0)
         return NULL;
-    }
     int64_t delay;
     if (hwtimer_parse_delay(self->module_state, delay_o, "delay", &delay) < 0 ||
         start_if_new(self) < 0)
@@ -589,11 +596,8 @@ static PyObject *timer_new_periodic(TimerObject *self, PyObject *const *args, Py
     if (hwtimer_bind(&sig, args, nargs, kwnames, given) < 0)
         return NULL;
     PyObject *task = given[0], *period_o = given[1], *delay_o = given[2], *missed_o = given[3];
-    if (!HWT_CALLABLE(task)) {
-        PyErr_Format(PyExc_TypeError, "task must be callable, not %.200s",
-                     hwtimer_type_name(Py_TYPE(task)));
+    if (require_callable(task, "task") < 0)
         return NULL;
-    }
     int64_t period, delay;
     int missed;
     if (parse_periodic(self->module_state, period_o, delay_o, missed_o, &period, &delay, &missed) <
@@ -702,11 +706,8 @@ static PyObject *loop_call(TimerObject *self, bool periodic, PyObject *const *ar
                  : hwtimer_parse_delay(self->module_state, given[0], "delay", &delay))
         return NULL;
     PyObject *callback = given[1];
-    if (!HWT_CALLABLE(callback)) {
-        PyErr_Format(PyExc_TypeError, "callback must be callable, not %.200s",
-                     hwtimer_type_name(Py_TYPE(callback)));
+    if (require_callable(callback, "callback") < 0)
         return NULL;
-    }
     if (context && context != Py_None && !HWT_IS_CONTEXT(self->module_state, context)) {
         PyErr_Format(PyExc_TypeError, "context must be a contextvars.Context, not %.200s",
                      hwtimer_type_name(Py_TYPE(context)));
@@ -762,11 +763,8 @@ static PyObject *timer_call_later_on_stop(TimerObject *self, PyObject *const *ar
         return NULL;
     }
     PyObject *on_stop = args[0];
-    if (!HWT_CALLABLE(on_stop)) {
-        PyErr_Format(PyExc_TypeError, "on_stop must be callable, not %.200s",
-                     hwtimer_type_name(Py_TYPE(on_stop)));
+    if (require_callable(on_stop, "on_stop") < 0)
         return NULL;
-    }
     PyObject *to = loop_call(self, false, args + 1, nargs - 1, NULL);
     if (to) {
         Py_INCREF(on_stop);
