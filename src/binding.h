@@ -520,9 +520,12 @@ int hwtimer_run_submitted(TimerObject *timer, TimeoutObject *to);
    whose tasks stay the parent's to run.  Returns how many runs of
    periodic timeouts it began here. */
 uint64_t hwtimer_run_batch(hwt_sink *default_sink, hwt_timeout *node, bool parents_only);
-/* For the stop() that returns its list: cancels each periodic timeout
-   handed to the executor whose run has not ended (it will not run
-   again) and appends it to `list` (NULL: only cancels). */
+/* For the stop() that returns its list: cancels a delivered periodic
+   timeout whose run has not ended (it will not run again) and appends it
+   to `list` (NULL: only cancels); one that ended already is left alone. */
+void hwtimer_stop_delivered(TimeoutObject *to, PyObject *list);
+/* hwtimer_stop_delivered() of each periodic timeout handed to the
+   executor. */
 void hwtimer_stop_handed_out(TimerObject *timer, PyObject *list);
 /* The GC's view of a timer's handed_out list, and its release. */
 int hwtimer_handed_out_traverse(TimerObject *timer, visitproc visit, void *arg);

@@ -123,14 +123,8 @@ void hwtimer_loop_sinks_stop_periodic(TimerObject *timer, PyObject *list)
         LoopSinkObject *s = (LoopSinkObject *)PyList_GET_ITEM(timer->loop_sinks, i);
         for (LoopTimeoutObject *to = s->timeouts; to; to = to->sink_next) {
             uint32_t state = atomic_load(&to->base.node.state);
-            if (to->period == 0 || (state != HWT_RUNNING && state != HWT_RUNNING_RESET))
-                continue;
-            /* cancelled here, it does not run again: a run not yet begun
-               is skipped, and the re-arm after one in progress ends it */
-            if (hwt_timeout_cancel(&to->base.node) != HWT_OK)
-                continue; /* ended already, and listed by keep_for_stop() if by stop() */
-            if (list && PyList_Append(list, (PyObject *)to) < 0)
-                PyErr_Clear(); /* it stays cancelled, only unlisted */
+            if (to->period != 0 && (state == HWT_RUNNING || state == HWT_RUNNING_RESET))
+                hwtimer_stop_delivered(&to->base, list);
         }
     }
 }

@@ -210,16 +210,20 @@ static bool others_wait(TimerObject *timer, TimeoutObject *to, const hwtimer_bat
     return !batch->last || sink != hwt_timer_default_sink(timer->core) || hwt_sink_has_work(sink);
 }
 
+void hwtimer_stop_delivered(TimeoutObject *to, PyObject *list)
+{
+    /* cancelled here, it does not run again: a run not yet begun is
+       skipped, and the re-arm after one in progress ends it */
+    if (hwt_timeout_cancel(&to->node) != HWT_OK)
+        return; /* ended already, and listed by keep_for_stop() if by stop() */
+    if (list && PyList_Append(list, (PyObject *)to) < 0)
+        PyErr_Clear(); /* it stays cancelled, only unlisted */
+}
+
 void hwtimer_stop_handed_out(TimerObject *timer, PyObject *list)
 {
-    for (PeriodicTimeoutObject *p = timer->handed_out; p; p = p->handed_next) {
-        /* cancelled here, it does not run again: a run not yet begun is
-           skipped, and the re-arm after one in progress ends it */
-        if (hwt_timeout_cancel(&p->base.node) != HWT_OK)
-            continue; /* ended already, and listed by keep_for_stop() if by stop() */
-        if (list && PyList_Append(list, (PyObject *)p) < 0)
-            PyErr_Clear(); /* it stays cancelled, only unlisted */
-    }
+    for (PeriodicTimeoutObject *p = timer->handed_out; p; p = p->handed_next)
+        hwtimer_stop_delivered(&p->base, list);
 }
 
 int hwtimer_handed_out_traverse(TimerObject *timer, visitproc visit, void *arg)
@@ -391,17 +395,6 @@ static inline void prefetch_after(hwt_timeout *next)
     }
 }
 
-/* Lets go of the rest of a batch without running it. */
-static void drop_batch(hwt_timeout *node)
-{
-    while (node) {
-        TimeoutObject *to = TIMEOUT_OF(node);
-        node = hwt_timeout_of(node->link.next);
-        hwtimer_timeout_track_if_held(to);
-        Py_DECREF(to); /* the wheel's reference */
-    }
-}
-
 uint64_t hwtimer_run_batch(hwt_sink *default_sink, hwt_timeout *node, bool parents_only)
 {
     const unsigned forks = hwtimer_forks;
@@ -430,7 +423,7 @@ uint64_t hwtimer_run_batch(hwt_sink *default_sink, hwt_timeout *node, bool paren
         Py_DECREF(to); /* the wheel's reference: may free the timer too */
         node = next;
         if (parents_only && hwtimer_forks != forks) {
-            drop_batch(node); /* this is the child of a task's fork() */
+            hwtimer_release_chain(node); /* the child of a task's fork(): unrun */
             break;
         }
     }
