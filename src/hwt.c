@@ -66,6 +66,9 @@ enum { CANCEL_WAKE_NONE = 0, CANCEL_WAKE_AT_BATCH = 1, CANCEL_WAKE_AT_FIRST = 2 
    few microseconds rather than of 8192 cold nodes. */
 #define EXPIRE_FIRST_SLICE 256
 #define EXPIRE_SLICE       8192
+/* The worker expires a bucket this many timeouts at a time under the
+   cancel lock (as TRANSFER_CHUNK). */
+#define EXPIRE_CHUNK 256
 
 /* Having woken a sleeping consumer for the first slice, the worker waits
    until that consumer has taken it, or this long at most (and one tick at
@@ -138,6 +141,7 @@ struct hwt_timer {
     hwt_timeout *xfer_head, *xfer_tail; /* taken from new_head, FIFO */
     hwt_wheel wheel;                    /* its `elapsed` is the next tick to process */
     uint64_t expiring, expiring_once;   /* expired so far this tick; of them, one-shot */
+    bool slice_done;                    /* expiring ended a slice: hand it over */
     hwt_sink *batch_sinks;              /* sinks with a batch this tick */
     bool did_work;                      /* the last run_due() did something */
     int64_t cancel_armed_at;            /* when the first cancel last could wake it */
@@ -537,24 +541,38 @@ static void await_handover(hwt_timer *t)
     pthread_mutex_unlock(&s->lock);
 }
 
-/* Delivers one timeout the wheel expired. */
-static void deliver_expired(void *ctx, hwt_timeout *to)
+/* Delivers one timeout the wheel expired.  Returns false at the end of a
+   slice, for the walk to stop and hand it over. */
+static bool deliver_expired(void *ctx, hwt_timeout *to)
 {
     hwt_timer *t = ctx;
     t->expiring_once += !hwt_timeout_periodic(to);
     deliver(t, to, to->sink ? to->sink : &t->default_sink);
-    if (++t->expiring % EXPIRE_SLICE == 0 || t->expiring == EXPIRE_FIRST_SLICE) {
-        publish_batches(t); /* let consumers start on a large bucket */
-        if (t->expiring == EXPIRE_FIRST_SLICE)
-            await_handover(t);
-    }
+    t->slice_done = ++t->expiring % EXPIRE_SLICE == 0 || t->expiring == EXPIRE_FIRST_SLICE;
+    return !t->slice_done;
 }
 
 /* Expires the due timeouts of the current tick, in scheduling order. */
 static void expire_bucket(hwt_timer *t)
 {
     t->expiring = t->expiring_once = 0;
-    uint64_t n = hwt_wheel_expire(&t->wheel, deliver_expired, t);
+    bool empty;
+    do {
+        /* Under the cancel lock, which every other change of a state on
+           the wheel takes: the wheel's walk then needs no atomic
+           read-modify-write.  EXPIRE_CHUNK at a time, so that cancels wait
+           a few microseconds at most. */
+        t->slice_done = false;
+        pthread_mutex_lock(&t->cancel_lock);
+        empty = hwt_wheel_expire(&t->wheel, EXPIRE_CHUNK, deliver_expired, t);
+        pthread_mutex_unlock(&t->cancel_lock);
+        if (t->slice_done) {
+            publish_batches(t); /* let consumers start on a large bucket */
+            if (t->expiring == EXPIRE_FIRST_SLICE)
+                await_handover(t);
+        }
+    } while (!empty);
+    uint64_t n = t->expiring;
     if (n) {
         t->did_work = true;
         count(&t->expired, t->expiring_once);
@@ -976,7 +994,8 @@ static inline bool is_final(uint32_t state)
 
 /* CASes `to` from whichever live state it is in to CANCELLED.  Returns the
    state it was cancelled from, or a final state if it had one already.
-   Called with cancel_lock held: then only expiry races it. */
+   Called with cancel_lock held: then only a lock-free cancel of a QUEUED
+   one races it. */
 static uint32_t cancel_live(hwt_timeout *to)
 {
     uint32_t s = atomic_load(&to->state);
@@ -1129,7 +1148,8 @@ static int reset_locked(hwt_timer *t, hwt_timeout *to, int64_t deadline)
         }
         if (s == HWT_INIT && !cancel_room(t))
             return ENOMEM;
-        /* only expiry (INIT -> EXPIRED or RUNNING) changes it unlocked */
+        /* expiry (INIT -> EXPIRED or RUNNING) holds this lock too: only
+           a lock-free cancel of a QUEUED one races this */
         if (atomic_compare_exchange_strong(&to->state, &s, next))
             break;
     }

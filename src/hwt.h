@@ -56,10 +56,10 @@ typedef struct hwt_link {
     struct hwt_link *prev; /* NULL while the timeout is not in a bucket */
 } hwt_link;
 
-/* States, changed only by CAS (those of a pending timeout under the
-   timer's cancel lock as well, but for a cancel of a QUEUED one), so that
-   cancel, reset and expiry exclude each other.  CANCELLED and EXPIRED are
-   final.
+/* States, changed under the timer's cancel lock, but for a cancel of a
+   QUEUED one, a CAS without it (so every change from QUEUED is a CAS), so
+   that cancel, reset and expiry exclude each other.  CANCELLED and EXPIRED
+   are final.
      QUEUED   scheduled, not yet taken into the wheel by the worker: a
               cancel then needs no queue entry (the transfer releases it),
               and a reset only moves its deadline

@@ -256,28 +256,27 @@ void hwt_wheel_advance(hwt_wheel *w, int64_t tick)
     }
 }
 
-uint64_t hwt_wheel_expire(hwt_wheel *w, hwt_wheel_expire_fn fn, void *ctx)
+bool hwt_wheel_expire(hwt_wheel *w, size_t limit, hwt_wheel_expire_fn fn, void *ctx)
 {
     uint32_t p = (uint32_t)w->elapsed & w->mask;
     hwt_link *head = &w->heads[p];
-    uint64_t n = 0;
     if (!head->next)
-        return 0; /* never used */
-    for (hwt_link *l = head->next; l != head;) {
+        return true; /* never used */
+    for (hwt_link *l = head->next; l != head && limit--;) {
         hwt_timeout *to = hwt_timeout_of(l);
         l = l->next;
-        uint32_t expect = HWT_INIT;
-        bool expired = atomic_compare_exchange_strong(
-            &to->state, &expect, hwt_timeout_periodic(to) ? HWT_RUNNING : HWT_EXPIRED);
         unlink_from(w, p, to);
-        if (!expired) { /* cancelled or reset: its queued entry takes it from there */
+        if (atomic_load_explicit(&to->state, memory_order_relaxed) != HWT_INIT) {
+            /* cancelled or reset: its queued entry takes it from there */
             link_at(w, cancelled_index(w), to);
             continue;
         }
-        n++;
-        fn(ctx, to);
+        atomic_store_explicit(&to->state, hwt_timeout_periodic(to) ? HWT_RUNNING : HWT_EXPIRED,
+                              memory_order_release);
+        if (!fn(ctx, to))
+            break;
     }
-    return n;
+    return w->counts[p] == 0;
 }
 
 /* ---- looking ---- */

@@ -93,15 +93,20 @@ int64_t hwt_wheel_next_tick(const hwt_wheel *w);
    be skipped) and cascades the slot that starts there. */
 void hwt_wheel_advance(hwt_wheel *w, int64_t tick);
 
-/* Called for each timeout expire takes, unlinked and EXPIRED. */
-typedef void (*hwt_wheel_expire_fn)(void *ctx, hwt_timeout *to);
+/* Called for each timeout expire takes, unlinked and EXPIRED; returns
+   whether the walk goes on. */
+typedef bool (*hwt_wheel_expire_fn)(void *ctx, hwt_timeout *to);
 /* Expires the bucket of tick `elapsed`: moves each timeout still INIT to
-   EXPIRED (by compare-and-swap, so a racing cancel wins or loses cleanly),
-   (HWT_RUNNING for a periodic one, which comes back by hwt_timeout_rearm),
-   unlinks it and hands it to fn, in scheduling order.  Cancelled or reset
-   ones move to the passed-over list, linked still, for their queued entry
-   to unlink or relink.  Returns how many expired. */
-uint64_t hwt_wheel_expire(hwt_wheel *w, hwt_wheel_expire_fn fn, void *ctx);
+   EXPIRED (HWT_RUNNING for a periodic one, which comes back by
+   hwt_timeout_rearm), unlinks it and hands it to fn, in scheduling order.
+   Cancelled or reset ones move to the passed-over list, linked still, for
+   their queued entry to unlink or relink.  Stops after `limit` timeouts, or
+   after the one fn returned false for.  Returns whether the bucket is empty.
+   The caller keeps every other writer of a linked timeout's state out
+   meanwhile (hwt.c: the cancel lock), so that each state is read and
+   written, with no compare-and-swap: a walk of cold nodes spends most of
+   its time in those. */
+bool hwt_wheel_expire(hwt_wheel *w, size_t limit, hwt_wheel_expire_fn fn, void *ctx);
 
 /* Unlinks every timeout, cancelled ones too, and returns them chained by
    link.next (NULL if none), level by level. */
