@@ -21,6 +21,7 @@ and labels it with the level.
 from __future__ import annotations
 
 import importlib
+import threading
 import weakref
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -246,13 +247,38 @@ def register_prometheus(*timers: HashedWheelTimer, registry: Any = None) -> Prom
     return collector
 
 
+#: The meters register_otel() has created its instruments on.  A meter
+#: asked again for an instrument it has returns the one it has and drops
+#: the new callbacks, so a second call would leave its timers out unseen.
+_otel_meters: weakref.WeakSet[Any] = weakref.WeakSet()
+_otel_lock = threading.Lock()
+
+
 def register_otel(meter: Any, *timers: HashedWheelTimer) -> list[Any]:
     """Creates on `meter` (an OpenTelemetry ``Meter``) one observable
     instrument per figure, reading `timers`, and returns the instruments.
     Each instrument calls ``stats()`` when the reader collects it.  Same
-    errors as ``register_prometheus`` for `timers`."""
+    errors as ``register_prometheus`` for `timers`, and ``ValueError`` if
+    `meter` has these instruments already (from an earlier call: give all
+    timers to one call)."""
     otel = _import("opentelemetry.metrics", "otel")
     timer_set = _Timers(timers)
+    with _otel_lock:
+        if meter in _otel_meters:
+            raise ValueError(
+                "this meter has hwtimer's instruments already: register_otel() takes"
+                " all timers of one meter in one call"
+            )
+        instruments = _create_otel(otel, meter, timer_set)
+        try:
+            _otel_meters.add(meter)
+        except TypeError:  # a meter that cannot be weakly referenced goes unchecked
+            pass
+    return instruments
+
+
+def _create_otel(otel: ModuleType, meter: Any, timer_set: _Timers) -> list[Any]:
+    """register_otel()'s instruments, on `meter`, reading `timer_set`."""
 
     def observe(fig: Figure) -> Any:
         # One callback per instrument: one observation per timer (and level).

@@ -425,6 +425,31 @@ def test_otel_bad_timers(make_timer, otel_reader):
         metrics.register_otel(meter, "timer")
 
 
+def test_otel_a_second_call_on_one_meter_is_refused(make_timer, otel_reader):
+    """A meter asked for an instrument it has already returns that one and
+    drops the new callbacks: a second register_otel() on it would leave its
+    timers out of every collection without a word.  It is refused, as a
+    Prometheus registry refuses a second collector, and changes nothing."""
+    meter, reader = otel_reader
+    first = make_timer(thread_name="first")
+    second = make_timer(thread_name="second")
+    metrics.register_otel(meter, first)
+    with pytest.raises(ValueError, match="register_otel"):
+        metrics.register_otel(meter, second)
+    points = otel_metrics(reader)["hwtimer.timeouts.pending"].data.data_points
+    assert [p.attributes for p in points] == [{"timer": "first"}]
+
+
+def test_otel_a_refused_call_leaves_the_meter_free(make_timer, otel_reader):
+    meter, reader = otel_reader
+    timer = make_timer(thread_name="later")
+    with pytest.raises(ValueError, match="no timer"):
+        metrics.register_otel(meter)
+    metrics.register_otel(meter, timer)
+    points = otel_metrics(reader)["hwtimer.timeouts.pending"].data.data_points
+    assert [p.attributes for p in points] == [{"timer": "later"}]
+
+
 # ---- the README's examples ----
 
 
