@@ -97,7 +97,7 @@ FIGURES: tuple[Figure, ...] = (
     Figure("expired", "timeouts.expired", COUNTER, False, "{timeout}",
            "Timeouts that fired, tasks that raised included."),
     Figure("cancelled", "timeouts.cancelled", COUNTER, False, "{timeout}",
-           "Cancels the worker has processed."),
+           "Timeouts cancelled, each counted when its cancel() returns (or by stop())."),
     Figure("rejected", "timeouts.rejected", COUNTER, False, "{timeout}",
            "Timeouts refused because max_pending_timeouts was reached."),
     Figure("task_errors", "task.errors", COUNTER, False, "{task}",
