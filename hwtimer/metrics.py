@@ -243,8 +243,24 @@ def register_prometheus(*timers: HashedWheelTimer, registry: Any = None) -> Prom
     collector = PrometheusCollector(*timers)
     if registry is None:
         registry = _import("prometheus_client", "prometheus").REGISTRY
+    _require_methods(registry, "registry", "a prometheus_client CollectorRegistry", "register")
     registry.register(collector)
     return collector
+
+
+#: The Meter method that makes each kind of figure's instrument.
+_OTEL_KINDS = {
+    COUNTER: "create_observable_counter",
+    LEVEL: "create_observable_up_down_counter",
+    GAUGE: "create_observable_gauge",
+}
+
+
+def _require_methods(obj: Any, what: str, kind: str, *methods: str) -> None:
+    """TypeError, before anything is registered, if `obj` lacks one of
+    `methods`: it is not the `kind` it was given as."""
+    if not all(callable(getattr(obj, m, None)) for m in methods):
+        raise TypeError(f"{what} must be {kind}, not {type(obj).__name__}")
 
 
 #: The meters register_otel() has created its instruments on.  A meter
@@ -263,6 +279,7 @@ def register_otel(meter: Any, *timers: HashedWheelTimer) -> list[Any]:
     timers to one call)."""
     otel = _import("opentelemetry.metrics", "otel")
     timer_set = _Timers(timers)
+    _require_methods(meter, "meter", "an OpenTelemetry Meter", *_OTEL_KINDS.values())
     with _otel_lock:
         if meter in _otel_meters:
             raise ValueError(
@@ -298,11 +315,7 @@ def _create_otel(otel: ModuleType, meter: Any, timer_set: _Timers) -> list[Any]:
             for q, key in LATENESS.keys
         ]
 
-    create = {
-        COUNTER: meter.create_observable_counter,
-        LEVEL: meter.create_observable_up_down_counter,
-        GAUGE: meter.create_observable_gauge,
-    }
+    create = {kind: getattr(meter, method) for kind, method in _OTEL_KINDS.items()}
     instruments = [
         create[fig.kind](
             "hwtimer." + fig.name,

@@ -321,6 +321,11 @@ def test_bad_timers_change_nothing(make_timer, registry):
     assert prometheus_client.generate_latest(registry) == before
 
 
+def test_not_a_registry_is_refused(timer):
+    with pytest.raises(TypeError, match="registry must be a prometheus_client CollectorRegistry"):
+        metrics.register_prometheus(timer, registry=object())
+
+
 def test_every_stats_key_is_exported(timer):
     """FIGURES and LATENESS are the one place figures are defined: a key
     added to stats() (and to its TypedDict) must be given a row there."""
@@ -438,6 +443,18 @@ def test_otel_bad_timers(make_timer, otel_reader):
         metrics.register_otel(meter)
     with pytest.raises(TypeError, match="HashedWheelTimer"):
         metrics.register_otel(meter, "timer")
+
+
+def test_otel_not_a_meter_is_refused(make_timer, otel_reader):
+    meter, reader = otel_reader
+    timer = make_timer(thread_name="after")
+    for bad in (None, object()):
+        with pytest.raises(TypeError, match="meter must be an OpenTelemetry Meter"):
+            metrics.register_otel(bad, timer)
+    # nothing was taken: the timer still goes on a real meter
+    metrics.register_otel(meter, timer)
+    points = otel_metrics(reader)["hwtimer.timeouts.pending"].data.data_points
+    assert [p.attributes for p in points] == [{"timer": "after"}]
 
 
 def test_otel_a_second_call_on_one_meter_is_refused(make_timer, otel_reader):
