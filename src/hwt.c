@@ -1277,8 +1277,8 @@ int64_t hwt_timer_pending(hwt_timer *t)
 
 void hwt_timer_stats(hwt_timer *t, hwt_stats *out)
 {
-    out->expired =
-        atomic_load_explicit(&t->expired, memory_order_acquire) + atomic_load(&t->expired_out);
+    out->expired_periodic = atomic_load(&t->expired_out);
+    out->expired = atomic_load_explicit(&t->expired, memory_order_acquire) + out->expired_periodic;
     out->cancelled = cancelled_total(t);
     out->scheduled = atomic_load_explicit(&t->scheduled, memory_order_relaxed);
     out->pending = out->scheduled > out->expired + out->cancelled

@@ -142,6 +142,9 @@ typedef struct hwt_config {
 typedef struct hwt_stats {
     int64_t pending;
     uint64_t scheduled, expired, cancelled, rejected;
+    /* of `expired`, the periodic timeouts that ended so (hwt_timeout_finish
+       with HWT_EXPIRED): their runs are not expiries of the wheel */
+    uint64_t expired_periodic;
     uint64_t ticks;   /* ticks processed: a bucket expired, or a far level cascaded */
     uint64_t wakeups; /* times the worker woke from sleep */
     uint64_t max_expired_per_tick;

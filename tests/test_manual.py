@@ -795,6 +795,28 @@ def test_advance_counts_only_the_periodic_runs_that_happen(make_manual) -> None:
     assert task.times == [pytest.approx(1.05)]
 
 
+def test_advance_counts_a_periodic_run_that_raises_once(make_manual) -> None:
+    # the run that raises ends the periodic timeout: one task ran, not two
+    timer = make_manual(0.01, 16)
+    runs = []
+
+    def fail_on_third(timeout: Timeout) -> None:
+        runs.append(timer.time())
+        if len(runs) == 3:
+            raise ValueError("third run")
+
+    periodic = timer.new_periodic(fail_on_third, 0.05)
+    logging.getLogger("hwtimer").disabled = True
+    try:
+        assert timer.advance(0.12) == 2
+        assert timer.advance(1) == 1
+    finally:
+        logging.getLogger("hwtimer").disabled = False
+    assert runs == pytest.approx([0.05, 0.1, 0.15]) and periodic.is_expired()
+    assert [type(e) for e in timer.task_errors] == [ValueError]
+    timer.task_errors.clear()
+
+
 def test_periodic_with_a_first_delay_and_stop(make_manual) -> None:
     timer = make_manual(0.1, 8)
     task = Recorder(timer)
