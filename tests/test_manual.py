@@ -372,6 +372,8 @@ def test_a_done_timeout_lets_go_of_its_task(manual: ManualTimer) -> None:
         (float("nan"), ValueError),
         (float("inf"), ValueError),
         (1e300, ValueError),
+        pytest.param(10**400, ValueError, id="int-past-float"),
+        pytest.param(-(10**400), ValueError, id="negative-int-past-float"),
         ("1", TypeError),
         (None, TypeError),
         (True, TypeError),
