@@ -34,7 +34,10 @@
 #define LATENCY_WINDOW 4096
 
 /* The worker moves at most this many new timeouts into the wheel per tick,
-   so that a flood of schedules cannot starve expiry. */
+   so that a flood of schedules cannot starve expiry.  A manual timer takes
+   them all: it has no worker that producers wake to transfer ahead of
+   time (TRANSFER_WAKE_BATCH), so the rest would fall due a tick late, and
+   each transfer takes only what was queued when it began. */
 #define MAX_TRANSFER_PER_TICK 100000
 
 /* A sleeping worker is woken for cancels when this many are queued, so
@@ -617,7 +620,7 @@ static int64_t run_due(hwt_timer *t, int64_t now)
     t->transfers_seen = atomic_load(&t->outside_transfers);
     for (;;) {
         process_cancels(t);
-        transfer(t, MAX_TRANSFER_PER_TICK);
+        transfer(t, t->cfg.manual ? SIZE_MAX : MAX_TRANSFER_PER_TICK);
         if (t->wheel.elapsed > due)
             break;
         int64_t next = next_target(t);

@@ -692,6 +692,24 @@ def test_fifo_within_a_tick(make_manual) -> None:
     assert order == list(range(50))
 
 
+def test_a_flood_of_timeouts_due_at_one_tick_all_run_there(manual: ManualTimer) -> None:
+    # more than the worker's per-tick transfer (100,000) due at the first
+    # tick: a punctual timer has them in their bucket by then (its producers
+    # wake the worker to transfer), so all run at that tick, in order
+    times: list[float] = []
+    order: list[int] = []
+    n = 250_000
+
+    def task(timeout: Timeout, i: int) -> None:
+        times.append(manual.time())
+        order.append(i)
+
+    for i in range(n):
+        manual.new_timeout(lambda t, i=i: task(t, i), 0.001)
+    assert manual.advance(0.001) == n
+    assert set(times) == {0.001} and order == list(range(n))
+
+
 def test_deadline_tick_order(make_manual) -> None:
     timer = make_manual(0.01, 8)
     order: list[float] = []
