@@ -5,7 +5,9 @@
 #   1. tests/c/model_test.c, the core against its reference model on a fake
 #      clock, built with ASan+UBSan (-fno-sanitize-recover=all);
 #   2. tests/c/fault_test.c, each pthread init of the core failing in
-#      turn (the error reported, what was made undone), under ASan+UBSan;
+#      turn (the error reported, what was made undone), under ASan+UBSan,
+#      and tests/c/reset_wake_test.c, a reset made as the worker is about
+#      to sleep (held there by its clock read), under ASan+UBSan;
 #   3. tests/c/stress_core.c, the real worker thread with concurrent
 #      producers, consumers and stop() races, under TSan, then ASan+UBSan;
 #   4. tests/c/fuzz_core.c under libFuzzer (+ASan+UBSan) for FUZZ_SECONDS,
@@ -73,6 +75,10 @@ timeout 900 "$work/model_asan" "$SEED" ${MODEL_ITERATIONS:+"$MODEL_ITERATIONS"}
 step "fault test under ASan+UBSan ($backend backend)"
 build fault_asan fault_test.c "${ASAN[@]}" -ldl
 timeout 300 "$work/fault_asan"
+
+step "reset wake test under ASan+UBSan ($backend backend)"
+build reset_asan reset_wake_test.c "${ASAN[@]}" -ldl
+timeout 300 "$work/reset_asan"
 
 step "stress test under TSan (seed $SEED, $backend backend)"
 build stress_tsan stress_core.c -fsanitize=thread

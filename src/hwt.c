@@ -133,6 +133,9 @@ struct hwt_timer {
     _Alignas(64) pthread_mutex_t cancel_lock;
     hwt_timeout **cancels; /* owned, under cancel_lock */
     size_t ncancels, cancels_cap;
+    /* the soonest deadline that a reset waiting there moved a timeout to
+       (HWT_NEVER: none) */
+    int64_t reset_soonest;
     bool cancel_closed;
     /* written under cancel_lock by cancel() (and stop), read by stats():
        on the cancellers' line, not the worker's */
@@ -448,6 +451,7 @@ static void process_cancels(hwt_timer *t)
     t->cancels = t->cancels_spare;
     t->cancels_cap = t->spare_cap;
     t->ncancels = 0;
+    t->reset_soonest = HWT_NEVER;
     pthread_mutex_unlock(&t->cancel_lock);
     for (size_t i = 0; i < n; i++) {
         if (!((uintptr_t)v[i] & RESET_TAG))
@@ -651,6 +655,16 @@ static bool cancels_queued(hwt_timer *t)
     return any;
 }
 
+/* Whether a reset waiting for the worker moved a timeout to a deadline
+   below `limit`. */
+static bool reset_queued_before(hwt_timer *t, int64_t limit)
+{
+    pthread_mutex_lock(&t->cancel_lock);
+    bool any = t->reset_soonest < limit;
+    pthread_mutex_unlock(&t->cancel_lock);
+    return any;
+}
+
 /* The first tick that ends at or after clock time `when`, and not before
    the current one. */
 static int64_t tick_ending_by(const hwt_timer *t, int64_t when)
@@ -697,11 +711,14 @@ static void sleep_until_tick(hwt_timer *t, int64_t target)
     atomic_store(&t->cancel_wake, cancel_wake);
     atomic_store(&t->transfer_wake_at,
                  queued_net(t, atomic_load(&t->scheduled)) + TRANSFER_WAKE_BATCH);
-    /* Dekker with the producers: they push, then read wake_limit (or
-       cancel_wake). */
+    /* Dekker with the producers: they push (or queue a reset), then read
+       wake_limit (or cancel_wake).  A reset queued since run_due() took the
+       queue read wake_limit while the worker was awake: one to a deadline
+       below the limit must not wait for the end of this sleep. */
     if (atomic_load(&t->new_head) != NULL || atomic_load(&t->stopping) ||
         atomic_load(&t->outside_transfers) != t->transfers_seen ||
-        (cancel_wake == CANCEL_WAKE_AT_FIRST && cancels_queued(t))) {
+        (cancel_wake == CANCEL_WAKE_AT_FIRST ? cancels_queued(t)
+                                             : reset_queued_before(t, limit))) {
         hwt_park_cancel(&t->park);
         mark_awake(t);
         return;
@@ -754,6 +771,7 @@ hwt_timer *hwt_timer_new(const hwt_config *config)
     atomic_init(&t->transfer_wake_at, INT64_MAX);
     atomic_init(&t->refs, 1);
     t->cancel_armed_at = INT64_MIN / 2; /* long ago */
+    t->reset_soonest = HWT_NEVER;
     /* each step undoes itself when it fails, and the labels below undo the
        steps before it, in reverse */
     int err = hwt_wheel_init(&t->wheel, n, t->cfg.tick_ns);
@@ -1143,6 +1161,10 @@ static int reset_locked(hwt_timer *t, hwt_timeout *to, int64_t deadline)
             next = HWT_RUNNING_RESET;
             break;
         case HWT_RESET:
+            if (deadline < t->reset_soonest)
+                t->reset_soonest = deadline;
+            set_deadline(to, deadline);
+            return HWT_OK;
         case HWT_RUNNING_RESET: /* moved already, and not yet relinked */
             set_deadline(to, deadline);
             return HWT_OK;
@@ -1157,8 +1179,11 @@ static int reset_locked(hwt_timer *t, hwt_timeout *to, int64_t deadline)
             break;
     }
     set_deadline(to, deadline);
-    if (s == HWT_INIT) /* the worker relinks it at its next tick */
+    if (s == HWT_INIT) { /* the worker relinks it at its next tick */
         t->cancels[t->ncancels++] = (hwt_timeout *)((uintptr_t)to | RESET_TAG);
+        if (deadline < t->reset_soonest)
+            t->reset_soonest = deadline;
+    }
     return HWT_OK;
 }
 

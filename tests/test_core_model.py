@@ -146,6 +146,16 @@ def test_core_under_concurrent_use(tmp_path: Path, backend: str) -> None:
 
 
 @backends
+def test_a_reset_wakes_a_worker_about_to_sleep(tmp_path: Path, backend: str) -> None:
+    """A reset to a sooner deadline, made after the worker took the timeout
+    into the wheel and before it published how long it sleeps, is not left
+    waiting until the old deadline."""
+    exe = build(tmp_path, "reset_wake_test.c", backend=backend)
+    proc = run([str(exe)], timeout=120)
+    assert "after its new deadline" in proc.stdout
+
+
+@backends
 def test_core_reports_system_failures(tmp_path: Path, backend: str) -> None:
     """Each pthread init the core makes fails in turn: hwt_timer_new and
     hwt_sink_init return that error and leave nothing behind, and a fork
