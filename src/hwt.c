@@ -1143,6 +1143,14 @@ static void wake_for(hwt_timer *t, int64_t deadline)
         wake_worker(t);
 }
 
+/* Keeps the soonest deadline of a reset that waits for the worker to
+   relink its timeout.  Called with cancel_lock held. */
+static void note_reset(hwt_timer *t, int64_t deadline)
+{
+    if (deadline < t->reset_soonest)
+        t->reset_soonest = deadline;
+}
+
 /* Re-arms `to` at `deadline`, under cancel_lock.  Returns what
    hwt_timeout_reset returns. */
 static int reset_locked(hwt_timer *t, hwt_timeout *to, int64_t deadline)
@@ -1161,11 +1169,9 @@ static int reset_locked(hwt_timer *t, hwt_timeout *to, int64_t deadline)
             next = HWT_RUNNING_RESET;
             break;
         case HWT_RESET:
-            if (deadline < t->reset_soonest)
-                t->reset_soonest = deadline;
-            set_deadline(to, deadline);
-            return HWT_OK;
         case HWT_RUNNING_RESET: /* moved already, and not yet relinked */
+            if (s == HWT_RESET)
+                note_reset(t, deadline);
             set_deadline(to, deadline);
             return HWT_OK;
         default:
@@ -1181,8 +1187,7 @@ static int reset_locked(hwt_timer *t, hwt_timeout *to, int64_t deadline)
     set_deadline(to, deadline);
     if (s == HWT_INIT) { /* the worker relinks it at its next tick */
         t->cancels[t->ncancels++] = (hwt_timeout *)((uintptr_t)to | RESET_TAG);
-        if (deadline < t->reset_soonest)
-            t->reset_soonest = deadline;
+        note_reset(t, deadline);
     }
     return HWT_OK;
 }
