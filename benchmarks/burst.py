@@ -43,30 +43,34 @@ FLOOR = "floor: C call-and-free loop"
 def counter(n: int, on_done):
     """Returns a callback counting its calls, with one argument (a task of
     new_timeout) or none (a loop callback), and the times of its first and
-    n-th calls, filled in as they happen."""
-    times = [0.0, 0.0]
+    n-th calls, filled in as they happen: the clock's, then the process's
+    CPU time (all its threads), in ns."""
+    times = [0.0, 0.0, 0, 0]
     count = 0
-    mono = time.monotonic
+    mono, cpu = time.monotonic, time.process_time_ns
 
     def tick(timeout=None) -> None:
         nonlocal count
         count += 1
         if count == 1:
-            times[0] = mono()
+            times[0], times[2] = mono(), cpu()
         elif count == n:
-            times[1] = mono()
+            times[1], times[3] = mono(), cpu()
             on_done()
 
     return tick, times
 
 
-def burst_result(n: int, times: list[float], target: float, scheduled_at: float) -> dict:
+def burst_result(n: int, times: list, target: float, scheduled_at: float) -> dict:
     """The burst's rate from the deadline to its last callback (all the
-    work of getting through it), and, apart, while callbacks ran."""
-    first, last = times
+    work of getting through it), and, apart, while callbacks ran, by the
+    clock and by the process's CPU time (what other processes took of the
+    cores left out, what all its own threads spent in)."""
+    first, last, cpu_first, cpu_last = times
     return {
         "callbacks_per_s": n / (last - target),
         "callbacks_per_s_first_to_last": (n - 1) / (last - first),
+        "cpu_ns_per_callback": (cpu_last - cpu_first) / (n - 1),
         "first_late_ms": (first - target) * 1e3,
         "all_done_after_deadline_ms": (last - target) * 1e3,
         "scheduling_s": scheduled_at,
@@ -189,6 +193,12 @@ def run(cfg: dict) -> dict:
             ),
             "hwtimer deadline-to-last rate / limit": per_round(
                 lambda x, b: x / b, series("hwtimer"), limit
+            ),
+            # CPU time per callback, the limit's over hwtimer's: a rate ratio
+            "hwtimer run rate / limit, by CPU time": per_round(
+                lambda x, b: b / x,
+                series("hwtimer", "cpu_ns_per_callback"),
+                series(FLOOR, "cpu_ns_per_callback"),
             ),
         }
     out["n"] = cfg["n"]

@@ -92,6 +92,8 @@ def test_floors_are_measured_in_the_same_run(tiny_run: tuple[dict, str, str]) ->
     assert is_summary(pair["vs_floor_cpu"]["hwtimer / floor: essential work"])
     assert is_summary(burst["floor: C call-and-free loop"]["callbacks_per_s_first_to_last"])
     assert is_summary(burst["vs_floor"]["hwtimer run rate / limit"])
+    assert is_summary(burst["vs_floor"]["hwtimer run rate / limit, by CPU time"])
+    assert is_summary(burst["hwtimer"]["cpu_ns_per_callback"])
 
 
 @pytest.mark.skipif(
