@@ -208,7 +208,12 @@ static int scope_schedule(ScopeObject *self, double when)
     if (!(delay > 0)) {
         handle = call_method(self->loop, st->str_call_soon, callback);
     } else if (on_loop) {
-        handle = call_at(self->loop, when, callback, st->empty_context);
+        /* an empty context of its own, as on the wheel (hwtimer_loop_call):
+           a context is entered by one thread at a time, and another loop's
+           deadline may be running in a shared one */
+        PyObject *context = HWT_NEW_CONTEXT(st);
+        handle = context ? call_at(self->loop, when, callback, context) : NULL;
+        Py_XDECREF(context);
     } else {
         /* made first: nothing that runs Python may come between the
            schedule and its on_stop, or a stop() could sweep it unseen */

@@ -1398,6 +1398,45 @@ def test_sleep_follows_the_loop_when_its_timer_stops_in_looptime_mode(own_timer:
         assert asyncio.run(main()) == "woke"
 
 
+def test_scope_deadlines_on_the_loops_clock_run_in_contexts_of_their_own() -> None:
+    # A context is entered by one thread at a time: a deadline that ran in
+    # one shared with another loop's deadline, in its run in another
+    # thread, would be refused by the loop, and its timeout lost.
+    from hwtimer.testing import follow_loop_time
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        contexts: list[contextvars.Context | None] = []
+        call_at = loop.call_at
+
+        def recording_call_at(when: float, callback: Any, *args: Any, context: Any = None) -> Any:
+            contexts.append(context)
+            return call_at(when, callback, *args, context=context)
+
+        loop.call_at = recording_call_at  # type: ignore[method-assign]
+        async with hwtimer.timeout(SOON):
+            assert len(contexts) == 1 and contexts[0] is not None
+            entered, release = threading.Event(), threading.Event()
+
+            def hold() -> None:
+                entered.set()
+                release.wait(SOON)
+
+            other = threading.Thread(target=contexts[0].run, args=(hold,))
+            other.start()
+            try:
+                assert entered.wait(SOON)
+                with pytest.raises(TimeoutError):
+                    async with hwtimer.timeout(0.01):
+                        await asyncio.sleep(2)
+            finally:
+                release.set()
+                other.join()
+
+    with follow_loop_time():
+        asyncio.run(main())
+
+
 def _wait_delivered(timer: hwtimer.HashedWheelTimer, handle: hwtimer.Timeout) -> None:
     """Blocks the loop until `handle`'s run is handed to it: off the wheel
     (no longer in the snapshot), still pending."""
