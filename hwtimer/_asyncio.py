@@ -56,6 +56,13 @@ def _seconds(delay: Seconds) -> float:
     return delay
 
 
+def _check_timer(timer: object) -> None:
+    """Refuses what is no timer, whatever the delay: also where no deadline
+    is needed (a delay <= 0), which would otherwise let it through."""
+    if timer is not None and not isinstance(timer, HashedWheelTimer):
+        raise TypeError(f"timer must be a HashedWheelTimer or None, not {type(timer).__name__}")
+
+
 def _refuse_bool(delay: object) -> None:
     """A bool is not a number of seconds here, as for every hwtimer delay
     (``timeout(True)`` would otherwise be a second)."""
@@ -213,6 +220,7 @@ async def wait_for(
     once `timeout` seconds have passed.  Like ``asyncio.wait_for()`` of
     Python 3.12 and later, with the deadline on `timer`.
     """
+    _check_timer(timer)
     if timeout is not None:
         timeout = _seconds(timeout)
         _refuse_bool(timeout)
@@ -245,6 +253,7 @@ async def sleep(
 ) -> Any:
     """Returns `result` after `delay` seconds, like ``asyncio.sleep()``, with
     the deadline on `timer`.  A delay <= 0 yields to the loop once."""
+    _check_timer(timer)
     delay = _seconds(delay)
     _refuse_bool(delay)
     if delay <= 0:
@@ -254,8 +263,6 @@ async def sleep(
         raise ValueError("Invalid delay: NaN (not a number)")
     if timer is None:
         timer = default_timer()
-    elif not isinstance(timer, HashedWheelTimer):
-        raise TypeError(f"timer must be a HashedWheelTimer or None, not {type(timer).__name__}")
     if _follow_loop_time(None) and not isinstance(timer, _ManualTimer):
         # hwtimer.testing.follow_loop_time(): the loop's clock rules
         return await asyncio.sleep(delay, result)

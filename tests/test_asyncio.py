@@ -206,6 +206,14 @@ def test_what_is_no_loop_or_timer_is_a_type_error(not_a_loop: object) -> None:
                 method(1, print, loop=not_a_loop)
         with pytest.raises(TypeError, match="timer must be a HashedWheelTimer"):
             await hwtimer.sleep(0.01, timer=not_a_loop)
+        # also where no deadline is needed: a delay or timeout <= 0
+        for delay in (0, -1):
+            with pytest.raises(TypeError, match="timer must be a HashedWheelTimer"):
+                await hwtimer.sleep(delay, timer=not_a_loop)
+            fut = asyncio.get_running_loop().create_future()
+            with pytest.raises(TypeError, match="timer must be a HashedWheelTimer"):
+                await hwtimer.wait_for(fut, delay, timer=not_a_loop)
+            assert not fut.done()  # refused before anything was cancelled
 
     try:
         asyncio.run(main())
