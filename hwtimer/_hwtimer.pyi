@@ -143,8 +143,9 @@ class TimeoutScope:
         /,
     ) -> Awaitable[None]: ...
     def _on_timeout(self) -> None: ...
-    # the scope is its own expiry task: calling it is _on_timeout(); the
-    # slot takes any arguments and refuses all of them with TypeError
+    # the scope is its own expiry task on the wheel (_on_timeout() is the
+    # callback of a deadline on the loop's clock); the slot takes any
+    # arguments and refuses all of them with TypeError
     def __call__(self, *args: object, **kwargs: object) -> None: ...
 
 def _setup_scopes(

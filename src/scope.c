@@ -167,7 +167,7 @@ static int64_t timer_clock_ns(TimerObject *timer)
     return timer->manual ? atomic_load(&timer->manual_now) : hwt_monotonic_ns(NULL);
 }
 
-static PyMethodDef timer_stopped_def;
+static PyMethodDef timer_stopped_def, on_timeout_def;
 
 /* Puts the deadline `when` (loop.time()) on the wheel, or, if it has
    passed, on the loop for its next iteration, as asyncio does; following
@@ -199,12 +199,19 @@ static int scope_schedule(ScopeObject *self, double when)
         if (now == -1.0 && PyErr_Occurred())
             return -1;
     }
-    /* The scope itself is the callback (calling it is _on_timeout()), run
-       in an empty context: no bound method, no copy of the context. */
+    /* On the wheel the scope itself is the callback, run in an empty
+       context: no bound method, no copy of the context.  On the loop it is
+       _on_timeout(), so that scope_expire() knows where a call comes from. */
     PyObject *callback = (PyObject *)self;
     Py_INCREF(callback);
     PyObject *handle = NULL;
     double delay = when - now;
+    if (!(delay > 0) || on_loop) {
+        Py_DECREF(callback);
+        callback = PyCFunction_New(&on_timeout_def, (PyObject *)self);
+        if (!callback)
+            return -1;
+    }
     if (!(delay > 0)) {
         handle = call_method(self->loop, st->str_call_soon, callback);
     } else if (on_loop) {
@@ -503,17 +510,21 @@ static PyObject *scope_aexit(ScopeObject *self, PyObject *const *args, Py_ssize_
     return st->done_none;
 }
 
-static PyObject *scope_on_timeout(ScopeObject *self, PyObject *unused)
+/* Cancels the task: the deadline passed, on the wheel (`from_wheel`) or
+   on the loop's clock.  A wheel timeout whose cancel() came too late (it
+   had expired and was on its way to the loop) still calls back, also
+   when the deadline has moved to the loop since: only the current
+   deadline's call counts, on the wheel once it has expired.  (A handle
+   of the loop that was cancelled never runs.) */
+static PyObject *scope_expire(ScopeObject *self, bool from_wheel)
 {
-    (void)unused;
     hwtimer_state *st = scope_state(self);
     PyObject *handle = self->handle;
     if (!handle || self->phase != ENTERED)
         Py_RETURN_NONE; /* the block was left, or its deadline moved */
-    /* A wheel timeout whose cancel() came too late (it had expired and was
-       on its way to the loop) still calls back: stale unless it expired. */
-    if (PyObject_TypeCheck(handle, st->timeout_type) &&
-        atomic_load(&((TimeoutObject *)handle)->node.state) != HWT_EXPIRED)
+    bool on_wheel = PyObject_TypeCheck(handle, st->timeout_type);
+    if (on_wheel != from_wheel ||
+        (on_wheel && atomic_load(&((TimeoutObject *)handle)->node.state) != HWT_EXPIRED))
         Py_RETURN_NONE;
     self->handle = NULL;
     Py_DECREF(handle);
@@ -525,6 +536,15 @@ static PyObject *scope_on_timeout(ScopeObject *self, PyObject *unused)
     self->phase = EXPIRING;
     Py_RETURN_NONE;
 }
+
+static PyObject *scope_on_timeout(ScopeObject *self, PyObject *unused)
+{
+    (void)unused;
+    return scope_expire(self, false);
+}
+
+static PyMethodDef on_timeout_def = {"_on_timeout", (PyCFunction)scope_on_timeout, METH_NOARGS,
+                                     NULL};
 
 /* The on_stop of the scope's deadline on the wheel: its timer stopped
    before it was due (called in the loop's thread, `remaining` seconds
@@ -568,14 +588,15 @@ static PyObject *scope_timer_stopped(ScopeObject *self, PyObject *remaining_o)
 static PyMethodDef timer_stopped_def = {"_timer_stopped", (PyCFunction)scope_timer_stopped,
                                         METH_O, NULL};
 
-/* Calling a scope is its _on_timeout(): it is its deadline's callback. */
+/* Calling a scope is the expiry of its deadline on the wheel: it is that
+   deadline's callback. */
 static PyObject *scope_call(ScopeObject *self, PyObject *args, PyObject *kwargs)
 {
     if (PyTuple_GET_SIZE(args) || (kwargs && PyDict_GET_SIZE(kwargs))) {
         PyErr_SetString(PyExc_TypeError, "a TimeoutScope is called without arguments");
         return NULL;
     }
-    return scope_on_timeout(self, NULL);
+    return scope_expire(self, true);
 }
 
 static PyObject *scope_repr(ScopeObject *self)
@@ -641,7 +662,7 @@ static PyMethodDef scope_methods[] = {
     {"__aexit__", (PyCFunction)(void (*)(void))scope_aexit, METH_FASTCALL,
      "__aexit__($self, exc_type, exc, tb, /)\n--\n\n"},
     {"_on_timeout", (PyCFunction)scope_on_timeout, METH_NOARGS,
-     "_on_timeout($self, /)\n--\n\nCancels the task: the deadline has passed."},
+     "_on_timeout($self, /)\n--\n\nCancels the task: the deadline has passed on the loop's clock."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1392,6 +1392,33 @@ def test_scope_rescheduled_after_its_timers_stop(run: Any, own_timer: Any) -> No
     run(entered_before)
 
 
+def test_scope_moved_to_the_loop_ignores_its_expiry_already_on_its_way(run: Any) -> None:
+    """The deadline passed while the loop was busy (its expiry is on its way
+    to the loop), then the timer stopped and the block moved the deadline on,
+    now on the loop's clock: as with asyncio.timeout(), the block is not
+    cancelled before the new deadline."""
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        timer = hwtimer.HashedWheelTimer(0.001, 64)
+        try:
+            with pytest.raises(TimeoutError):
+                async with hwtimer.timeout(0.01, timer=timer) as scope:
+                    limit = time.monotonic() + SOON
+                    while timer.pending_timeouts():  # blocks the loop meanwhile
+                        assert time.monotonic() < limit, "the deadline never expired"
+                        time.sleep(0.001)
+                    timer.stop()
+                    moved_at = time.monotonic()
+                    scope.reschedule(loop.time() + 0.3)
+                    await asyncio.sleep(SOON)
+            assert time.monotonic() - moved_at >= 0.3 - 0.002  # uvloop counts whole ms
+        finally:
+            timer.stop()
+
+    run(main)
+
+
 def test_sleep_follows_the_loop_when_its_timer_stops_in_looptime_mode(own_timer: Any) -> None:
     from hwtimer.testing import follow_loop_time
 
