@@ -429,10 +429,10 @@ static int scope_bind(ScopeObject *self)
         PyErr_SetString(PyExc_RuntimeError, "TimeoutScope has already been entered");
         return -1;
     }
-    /* With the loop known (timeout() found it), current_task(loop) does not
-       look for the running loop again. */
-    PyObject *task = self->loop ? PyObject_CallOneArg(st->current_task, self->loop)
-                                : PyObject_CallNoArgs(st->current_task);
+    /* The task running on this thread's loop: not current_task() of the
+       loop timeout() found, which may be another loop, not running or
+       running another task in another thread. */
+    PyObject *task = PyObject_CallNoArgs(st->current_task);
     if (!task)
         return -1;
     if (task == Py_None) {

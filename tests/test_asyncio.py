@@ -682,6 +682,25 @@ def test_enter_twice(run: Any, timeout: Any) -> None:
     run(main)
 
 
+def test_made_in_one_loop_entered_in_another(run: Any, timeout: Any) -> None:
+    # the scope belongs to the task that enters it, as asyncio's does: not
+    # to whatever runs, or does not, on the loop it was made in
+    async def make() -> Any:
+        return timeout(0.05)
+
+    cm = run(make)
+
+    async def enter() -> str:
+        try:
+            async with cm:
+                await asyncio.sleep(SOON)
+        except TimeoutError:
+            return "timed out"
+        return "not timed out"
+
+    assert run(enter) == "timed out"
+
+
 def test_enter_outside_a_task() -> None:
     cm = hwtimer.timeout_at(None)
     with pytest.raises(RuntimeError):
