@@ -258,6 +258,10 @@ struct LoopTimeoutObject {
        timer's clock (>= 0, inf for one never due), so that the deadline
        goes on on the loop's own clock.  Cleared by cancel(). */
     PyObject *on_stop;
+    /* Set with on_stop and never cleared: stop() never lists the deadline
+       of a sleep() or a scope, also when its owner dropped on_stop (it
+       cancelled the deadline) while that stop() ran. */
+    bool owned;
 };
 
 /* Delivery to one event loop: a wake fd the loop watches, drained in C;

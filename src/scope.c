@@ -229,10 +229,12 @@ static int scope_schedule(ScopeObject *self, double when)
         if (on_stop && hwtimer_delay_from_seconds(delay, "delay", &delay_ns) == 0)
             handle = hwtimer_call_later(timer, delay_ns, callback,
                                         st->empty_tuple, self->loop, st->empty_context);
-        if (handle)
+        if (handle) {
             ((LoopTimeoutObject *)handle)->on_stop = on_stop; /* the reference moves */
-        else
+            ((LoopTimeoutObject *)handle)->owned = true;
+        } else {
             Py_XDECREF(on_stop);
+        }
     }
     Py_DECREF(callback);
     if (!handle)

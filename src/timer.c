@@ -115,10 +115,13 @@ static PyObject *stop_list(TimerObject *self, hwt_timeout *left)
     while (left) {
         hwt_timeout *next = hwt_timeout_of(left->link.next);
         PyObject *to = hwtimer_timeout_from_node(left);
-        if (Py_IS_TYPE(to, loop_timeout_type) && ((LoopTimeoutObject *)to)->on_stop)
-            hwtimer_loop_timeout_stopped((LoopTimeoutObject *)to);
-        else if (list && PyList_Append(list, to) < 0)
+        if (Py_IS_TYPE(to, loop_timeout_type) && ((LoopTimeoutObject *)to)->owned) {
+            /* without on_stop, its owner has cancelled it meanwhile */
+            if (((LoopTimeoutObject *)to)->on_stop)
+                hwtimer_loop_timeout_stopped((LoopTimeoutObject *)to);
+        } else if (list && PyList_Append(list, to) < 0) {
             Py_CLEAR(list); /* still release the rest */
+        }
         hwtimer_timeout_track_if_held((TimeoutObject *)to); /* the list's now */
         Py_DECREF(to);
         left = next;
@@ -769,6 +772,7 @@ static PyObject *timer_call_later_on_stop(TimerObject *self, PyObject *const *ar
     if (to) {
         Py_INCREF(on_stop);
         ((LoopTimeoutObject *)to)->on_stop = on_stop;
+        ((LoopTimeoutObject *)to)->owned = true;
     }
     return to;
 }

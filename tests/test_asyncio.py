@@ -1369,6 +1369,50 @@ def test_sleep_scope_and_wait_for_outlive_their_timers_stop(run: Any, own_timer:
     run(main)
 
 
+def test_stop_never_lists_a_scope_deadline_dropped_while_it_runs() -> None:
+    """A scope (or sleep) may drop its deadline in another thread while
+    stop() runs Python (here: asking the loop is_closed() as it hands the
+    first deadline to it); that deadline is still none of stop()'s."""
+
+    class HookLoop(asyncio.SelectorEventLoop):
+        hook: Callable[[], object] | None = None
+
+        def is_closed(self) -> bool:
+            hook, self.hook = self.hook, None
+            if hook is not None:
+                hook()
+            return super().is_closed()
+
+    timer = hwtimer.HashedWheelTimer(0.005, 64)
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        assert isinstance(loop, HookLoop)
+        scopes: list[hwtimer.TimeoutScope] = []
+
+        async def guarded() -> None:
+            async with hwtimer.timeout(SOON, timer=timer) as scope:
+                scopes.append(scope)
+                await _forever()
+
+        tasks = [asyncio.ensure_future(guarded()) for _ in range(2)]
+        await asyncio.sleep(0)
+        assert timer.pending_timeouts() == 2
+        loop.hook = lambda: [scope.reschedule(None) for scope in scopes]
+        try:
+            assert timer.stop() == []
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    try:
+        with event_loop(HookLoop) as loop:
+            loop.run_until_complete(main())
+    finally:
+        timer.stop()
+
+
 def test_sleep_cancelled_after_its_timers_stop(run: Any, own_timer: Any) -> None:
     async def main() -> None:
         task = asyncio.ensure_future(hwtimer.sleep(0.2, timer=own_timer))
