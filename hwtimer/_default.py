@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 
@@ -47,9 +48,15 @@ def default_timer() -> HashedWheelTimer:
 
 def _forget_in_child() -> None:
     # The parent's worker did not come along: the child makes its own timer.
+    # The parent's is stopped here, as the child can never run it: dropped
+    # as it was, it would be collected unstopped, with the ResourceWarning
+    # meant for a timer that a user forgot to stop.
     global _timer, _lock
-    _timer = None
+    timer, _timer = _timer, None
     _lock = threading.Lock()
+    if timer is not None:
+        with contextlib.suppress(RuntimeError):  # forked by one of its own tasks
+            timer.stop()
 
 
 os.register_at_fork(after_in_child=_forget_in_child)

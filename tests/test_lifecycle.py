@@ -240,6 +240,48 @@ def test_forked_child_uses_timers_and_inherited_timer_is_refused() -> None:
     assert proc.stderr == ""
 
 
+def test_parents_default_timer_dropped_in_child_does_not_warn() -> None:
+    """default_timer() is made anew in a child of fork(): the parent's,
+    which the library itself lets go of there, is not an unstopped timer
+    of the user's, and its collection in the child, whoever held it last,
+    gives no ResourceWarning."""
+    code = (
+        FORK_PRELUDE
+        + """
+    import gc
+
+    class Holder:  # keeps the shared timer, as a service object does
+        def __init__(self):
+            self.timer = hwtimer.default_timer()
+
+    def fork_and_drop(holder):
+        pid = os.fork()
+        if pid == 0:
+            try:
+                del holder
+                gc.collect()
+                check(fires(hwtimer.default_timer()), "the child's default timer did not fire")
+            except BaseException:
+                import traceback
+                traceback.print_exc()
+                check(False, "raised (traceback above)")
+            sys.stderr.flush()
+            os._exit(child_status())
+        assert wait_child(pid) == 0
+
+    assert fires(hwtimer.default_timer())
+    fork_and_drop(None)  # the library's reference is the last
+    fork_and_drop(Holder())  # a user's is
+    assert fires(hwtimer.default_timer())
+    print("ok", flush=True)
+"""
+    )
+    proc = run_python(code, timeout=90, args=("-W", "always::ResourceWarning"))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "ok\n"
+    assert proc.stderr == ""
+
+
 def test_forked_child_exits_without_stopping_inherited_timer() -> None:
     code = (
         FORK_PRELUDE
