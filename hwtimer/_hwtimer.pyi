@@ -101,7 +101,7 @@ class HashedWheelTimer:
         exc: BaseException | None,
         tb: TracebackType | None,
         /,
-    ) -> bool: ...
+    ) -> Literal[False]: ...  # stops the timer, never swallows the exception
 
 class _ManualTimer(HashedWheelTimer):
     def __new__(

@@ -32,6 +32,16 @@ with ManualTimer() as manual:
     ran: int = manual.advance(1)
 with HashedWheelTimer() as timer:
     pending: int = timer.pending_timeouts()
+
+
+def pending_of(timer: HashedWheelTimer) -> int:
+    with timer:  # stops it, and lets every exception through
+        return timer.pending_timeouts()
+
+
+def advanced() -> int:
+    with ManualTimer() as manual:
+        return manual.advance(1)
 """
 
 
