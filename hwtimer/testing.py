@@ -17,7 +17,7 @@ import contextlib
 import threading
 from collections.abc import Iterator
 from datetime import timedelta
-from typing import SupportsFloat, SupportsIndex, Union
+from typing import SupportsFloat, SupportsIndex, TypeVar, Union
 
 from . import _default
 from ._hwtimer import HashedWheelTimer, _follow_loop_time, _ManualTimer
@@ -25,6 +25,7 @@ from ._hwtimer import HashedWheelTimer, _follow_loop_time, _ManualTimer
 __all__ = ["ManualTimer", "follow_loop_time", "use_timer"]
 
 _Seconds = Union[float, SupportsFloat, SupportsIndex, timedelta]
+_Timer = TypeVar("_Timer", bound=HashedWheelTimer)
 
 
 class ManualTimer(_ManualTimer):
@@ -107,7 +108,7 @@ async def _settle(timer: ManualTimer, loop: asyncio.AbstractEventLoop) -> None:
 
 
 @contextlib.contextmanager
-def use_timer(timer: HashedWheelTimer) -> Iterator[HashedWheelTimer]:
+def use_timer(timer: _Timer) -> Iterator[_Timer]:
     """Inside the block, ``hwtimer.default_timer()`` returns `timer`, in
     every thread (and so do ``hwtimer.timeout()``, ``timeout_at()``,
     ``wait_for()`` and ``sleep()`` without ``timer=``).  Blocks nest."""

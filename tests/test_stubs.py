@@ -26,7 +26,7 @@ def test_stubtest_finds_no_difference(tmp_path) -> None:
 
 USER_CODE = """
 from hwtimer import HashedWheelTimer
-from hwtimer.testing import ManualTimer
+from hwtimer.testing import ManualTimer, use_timer
 
 with ManualTimer() as manual:
     ran: int = manual.advance(1)
@@ -42,6 +42,10 @@ def pending_of(timer: HashedWheelTimer) -> int:
 def advanced() -> int:
     with ManualTimer() as manual:
         return manual.advance(1)
+
+
+with use_timer(ManualTimer()) as installed:
+    now: float = installed.time()
 """
 
 
