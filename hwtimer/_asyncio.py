@@ -15,11 +15,12 @@ from __future__ import annotations
 import asyncio
 import builtins
 import math
+import operator
 import sys
 import weakref
 from collections.abc import Awaitable
 from datetime import timedelta
-from typing import Any, TypeVar, Union, overload
+from typing import Any, SupportsFloat, SupportsIndex, TypeVar, Union, overload
 
 from ._default import default_timer
 from ._hwtimer import (
@@ -33,7 +34,7 @@ from ._hwtimer import (
 __all__ = ["TimeoutScope", "sleep", "timeout", "timeout_at", "wait_for"]
 
 _T = TypeVar("_T")
-Seconds = Union[int, float, timedelta]
+Seconds = Union[float, SupportsFloat, SupportsIndex, timedelta]
 
 if sys.version_info >= (3, 11):
     _TimeoutError: type[Exception] = builtins.TimeoutError
@@ -50,10 +51,18 @@ _BaseExceptionGroup: type[BaseException] | None = getattr(builtins, "BaseExcepti
 
 
 def _seconds(delay: Seconds) -> float:
-    """Returns `delay` in seconds (a timedelta is converted)."""
+    """Returns `delay` in seconds (a timedelta is converted), a number that
+    compares with 0: what has ``__float__`` as its float, or else
+    ``__index__`` as its int, as ``new_timeout()`` reads them."""
+    if isinstance(delay, (int, float)):
+        return delay
     if isinstance(delay, timedelta):
         return delay.total_seconds()
-    return delay
+    if isinstance(delay, SupportsFloat):
+        return float(delay)
+    if isinstance(delay, SupportsIndex):
+        return operator.index(delay)
+    return delay  # not a number: refused where it is used
 
 
 def _check_timer(timer: object) -> None:

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import decimal
+import fractions
 import gc
 import math
 import sys
@@ -1281,6 +1283,45 @@ def test_sleep_nan(run: Any) -> None:
     async def main() -> None:
         with pytest.raises(ValueError):
             await hwtimer.sleep(math.nan)
+
+    run(main)
+
+
+class HasFloat:
+    def __init__(self, value: float) -> None:
+        self.value = value
+
+    def __float__(self) -> float:
+        return self.value
+
+
+class HasIndex:
+    def __init__(self, value: int) -> None:
+        self.value = value
+
+    def __index__(self) -> int:
+        return self.value
+
+
+def test_sleep_and_wait_for_take_the_delays_new_timeout_takes(run: Any, own_timer: Any) -> None:
+    # objects with __float__ or __index__, as the README's rules for delays
+    # say, not only int, float and timedelta
+    delays = [HasFloat(0.01), HasIndex(0), decimal.Decimal("0.01"), fractions.Fraction(1, 100)]
+
+    async def main() -> None:
+        for delay in delays:
+            assert await hwtimer.sleep(delay, "slept", timer=own_timer) == "slept"
+            assert await hwtimer.sleep(delay, "slept") == "slept"
+        for delay in [*delays[:1], HasIndex(10), *delays[2:]]:
+            assert await hwtimer.wait_for(asyncio.sleep(0, "done"), delay) == "done"
+        with pytest.raises(ValueError):
+            await hwtimer.sleep(decimal.Decimal("NaN"))
+        with pytest.raises(ValueError):
+            await hwtimer.wait_for(
+                asyncio.get_running_loop().create_future(), decimal.Decimal("NaN")
+            )
+        with pytest.raises(TimeoutError):
+            await hwtimer.wait_for(asyncio.sleep(10), HasIndex(0))
 
     run(main)
 

@@ -25,6 +25,9 @@ def test_stubtest_finds_no_difference(tmp_path) -> None:
 
 
 USER_CODE = """
+from decimal import Decimal
+
+import hwtimer
 from hwtimer import HashedWheelTimer
 from hwtimer.testing import ManualTimer, use_timer
 
@@ -46,6 +49,11 @@ def advanced() -> int:
 
 with use_timer(ManualTimer()) as installed:
     now: float = installed.time()
+
+
+async def pause() -> str:
+    async with hwtimer.timeout(Decimal("0.5")):
+        return await hwtimer.sleep(Decimal("0.1"), "slept")
 """
 
 
