@@ -92,7 +92,10 @@ class FailbackQueue:
         self._waiting[key] = (timeout, request)
 
     def _retry(self, key: object, attempt: int) -> None:
-        _, request = self._waiting.pop(key)
+        entry = self._waiting.pop(key, None)
+        if entry is None:
+            return  # closed after this retry fell due: close() returned it
+        _, request = entry
         task = asyncio.ensure_future(self._attempt(request, attempt))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -108,12 +111,14 @@ class FailbackQueue:
 
     async def close(self) -> list[Any]:
         """Stops retrying; returns the requests whose retry was waiting."""
-        left = {id(t) for t in self.timer.stop()}
+        self.timer.stop()
+        # Every retry not begun: those stop() returned, and those that fell
+        # due but whose call the loop has yet to run (they then do nothing).
+        waiting = [request for _, request in self._waiting.values()]
+        self._waiting.clear()
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        waiting = [request for timeout, request in self._waiting.values() if id(timeout) in left]
-        self._waiting.clear()
         return waiting
 
 

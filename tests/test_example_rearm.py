@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+import time
 from typing import Any
 
 import pytest
@@ -148,6 +149,30 @@ def test_failback_queue_is_bounded_by_max_pending_timeouts(run) -> None:
         assert sorted(await queue.close()) == ["r0", "r1", "r2"]
         await client.close()
         await backend.close()
+
+    run(main)
+
+
+def test_failback_close_returns_a_retry_that_fell_due_but_had_not_run(run) -> None:
+    # The retry falls due while the loop is busy: the timer has handed its
+    # call to the loop, and stop() no longer lists it.  close() still
+    # returns it, and the call, run later, neither retries nor fails.
+    async def main() -> None:
+        backend, client = await _backend(failures=-1)
+        queue = failback.FailbackQueue(client.send, base_delay=0.01)
+        errors: list[dict[str, Any]] = []
+        asyncio.get_running_loop().set_exception_handler(lambda _loop, ctx: errors.append(ctx))
+        try:
+            assert await queue.invoke("late") is False
+            time.sleep(0.5)  # the loop is blocked: the retry is due, its call waits
+            assert queue.pending == 0
+            assert await queue.close() == ["late"]
+            await asyncio.sleep(0.2)  # the loop runs what was handed to it
+            assert errors == []
+            assert queue.stats["retries"] == 0 and backend.seen["late"] == 1
+        finally:
+            await client.close()
+            await backend.close()
 
     run(main)
 
