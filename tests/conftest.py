@@ -36,6 +36,26 @@ DEADLINE = 10.0
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(hwtimer.__file__)))
 
 
+class HasFloat:
+    """A delay that is neither int nor float: it has __float__."""
+
+    def __init__(self, value: float) -> None:
+        self.value = value
+
+    def __float__(self) -> float:
+        return self.value
+
+
+class HasIndex:
+    """A delay that is neither int nor float: it has __index__."""
+
+    def __init__(self, value: int) -> None:
+        self.value = value
+
+    def __index__(self) -> int:
+        return self.value
+
+
 def wait_for(
     condition: Callable[[], object], timeout: float = DEADLINE, interval: float = 0.002
 ) -> bool:

@@ -27,7 +27,7 @@ from datetime import timedelta
 from typing import Any, Callable
 
 import pytest
-from conftest import LOOP_KINDS, event_loop
+from conftest import LOOP_KINDS, HasFloat, HasIndex, event_loop
 
 import hwtimer
 
@@ -1285,22 +1285,6 @@ def test_sleep_nan(run: Any) -> None:
             await hwtimer.sleep(math.nan)
 
     run(main)
-
-
-class HasFloat:
-    def __init__(self, value: float) -> None:
-        self.value = value
-
-    def __float__(self) -> float:
-        return self.value
-
-
-class HasIndex:
-    def __init__(self, value: int) -> None:
-        self.value = value
-
-    def __index__(self) -> int:
-        return self.value
 
 
 def test_sleep_and_wait_for_take_the_delays_new_timeout_takes(run: Any, own_timer: Any) -> None:

@@ -17,7 +17,15 @@ import time
 import weakref
 
 import pytest
-from conftest import DEADLINE, Counter, collect_until, native_thread_names, wait_for
+from conftest import (
+    DEADLINE,
+    Counter,
+    HasFloat,
+    HasIndex,
+    collect_until,
+    native_thread_names,
+    wait_for,
+)
 
 from hwtimer import HashedWheelTimer, Timeout
 
@@ -44,22 +52,6 @@ class MyTimedelta(datetime.timedelta):
 class Color(enum.IntEnum):
     ZERO = 0
     EIGHT = 8
-
-
-class HasFloat:
-    def __init__(self, value: float) -> None:
-        self.value = value
-
-    def __float__(self) -> float:
-        return self.value
-
-
-class HasIndex:
-    def __init__(self, value: int) -> None:
-        self.value = value
-
-    def __index__(self) -> int:
-        return self.value
 
 
 class RaisesFloat:

@@ -18,6 +18,8 @@ import pytest
 from conftest import (
     DEADLINE,
     Counter,
+    HasFloat,
+    HasIndex,
     collect_until,
     native_name,
     native_thread_names,
@@ -423,22 +425,14 @@ def test_delay_types(timer) -> None:
     class MyInt(int):
         pass
 
-    class HasFloat:
-        def __float__(self) -> float:
-            return 0.01
-
-    class HasIndex:
-        def __index__(self) -> int:
-            return 0
-
     task = Counter()
     delays = [
         0.01,
         0,
         MyFloat(0.01),
         MyInt(0),
-        HasFloat(),
-        HasIndex(),
+        HasFloat(0.01),
+        HasIndex(0),
         datetime.timedelta(milliseconds=10),
     ]
     timeouts = [timer.new_timeout(task, d) for d in delays]
