@@ -147,7 +147,6 @@ struct hwt_timer {
     hwt_timeout *xfer_head, *xfer_tail; /* taken from new_head, FIFO */
     hwt_wheel wheel;                    /* its `elapsed` is the next tick to process */
     uint64_t expiring, expiring_once;   /* expired so far this tick; of them, one-shot */
-    bool slice_done;                    /* expiring ended a slice: hand it over */
     hwt_sink *batch_sinks;              /* sinks with a batch this tick */
     bool did_work;                      /* the last run_due() did something */
     int64_t cancel_armed_at;            /* when the first cancel last could wake it */
@@ -548,6 +547,12 @@ static void await_handover(hwt_timer *t)
     pthread_mutex_unlock(&s->lock);
 }
 
+/* Whether the `n`th timeout expired this tick ends a slice to hand over. */
+static inline bool ends_slice(uint64_t n)
+{
+    return n % EXPIRE_SLICE == 0 || n == EXPIRE_FIRST_SLICE;
+}
+
 /* Delivers one timeout the wheel expired.  Returns false at the end of a
    slice, for the walk to stop and hand it over. */
 static bool deliver_expired(void *ctx, hwt_timeout *to)
@@ -555,8 +560,7 @@ static bool deliver_expired(void *ctx, hwt_timeout *to)
     hwt_timer *t = ctx;
     t->expiring_once += !hwt_timeout_periodic(to);
     deliver(t, to, to->sink ? to->sink : &t->default_sink);
-    t->slice_done = ++t->expiring % EXPIRE_SLICE == 0 || t->expiring == EXPIRE_FIRST_SLICE;
-    return !t->slice_done;
+    return !ends_slice(++t->expiring);
 }
 
 /* Expires the due timeouts of the current tick, in scheduling order. */
@@ -569,11 +573,11 @@ static void expire_bucket(hwt_timer *t)
            the wheel takes: the wheel's walk then needs no atomic
            read-modify-write.  EXPIRE_CHUNK at a time, so that cancels wait
            a few microseconds at most. */
-        t->slice_done = false;
+        uint64_t before = t->expiring;
         pthread_mutex_lock(&t->cancel_lock);
         empty = hwt_wheel_expire(&t->wheel, EXPIRE_CHUNK, deliver_expired, t);
         pthread_mutex_unlock(&t->cancel_lock);
-        if (t->slice_done) {
+        if (t->expiring != before && ends_slice(t->expiring)) {
             publish_batches(t); /* let consumers start on a large bucket */
             if (t->expiring == EXPIRE_FIRST_SLICE)
                 await_handover(t);
