@@ -354,6 +354,11 @@ static inline int hwtimer_parse_delay(hwtimer_state *st, PyObject *obj, const ch
 int hwtimer_delay_from_seconds(double seconds, const char *what, int64_t *ns);
 /* Same, as seconds: returns 0 or -1; NaN is left to the caller. */
 int hwtimer_parse_seconds(hwtimer_state *st, PyObject *obj, const char *what, double *out);
+/* After hwtimer_parse_seconds() failed for `obj`: if it was an int (or
+   what has __index__) too large for a double, clears the OverflowError
+   and sets *out to inf of its sign.  Returns 0, or -1 with the error as
+   it was (or the one reading the int again raised). */
+int hwtimer_huge_seconds(PyObject *obj, double *out);
 /* Logs the current exception as a task's failure on the "hwtimer" logger
    and clears it. */
 void hwtimer_log_task_error(hwtimer_state *st, PyObject *timeout);

@@ -92,6 +92,20 @@ int hwtimer_parse_seconds(hwtimer_state *st, PyObject *obj, const char *what, do
     return 0;
 }
 
+int hwtimer_huge_seconds(PyObject *obj, double *out)
+{
+    if (!PyIndex_Check(obj) || !PyErr_ExceptionMatches(PyExc_OverflowError))
+        return -1;
+    PyErr_Clear();
+    PyObject *index = PyNumber_Index(obj);
+    int positive = index ? PyObject_RichCompareBool(index, Py_False, Py_GT) : -1;
+    Py_XDECREF(index);
+    if (positive < 0)
+        return -1;
+    *out = positive ? Py_HUGE_VAL : -Py_HUGE_VAL;
+    return 0;
+}
+
 /* Whole seconds, exactly, into saturated ns.  Returns 0 or -1. */
 static int int_delay(PyObject *integer, int64_t *ns)
 {

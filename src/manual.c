@@ -88,13 +88,10 @@ static bool advance_to(TimerObject *self, int64_t target, PyObject *loop, ran_co
 static int parse_advance(TimerObject *self, PyObject *obj, int64_t *ns)
 {
     double seconds;
-    if (hwtimer_parse_seconds(self->module_state, obj, "seconds", &seconds) < 0) {
-        /* an int too large for a double is out of range, as 1e300 is */
-        if (!PyIndex_Check(obj) || !PyErr_ExceptionMatches(PyExc_OverflowError))
-            return -1;
-        PyErr_Clear();
-        seconds = Py_HUGE_VAL;
-    }
+    /* an int too large for a double is out of range, as 1e300 is */
+    if (hwtimer_parse_seconds(self->module_state, obj, "seconds", &seconds) < 0 &&
+        hwtimer_huge_seconds(obj, &seconds) < 0)
+        return -1;
     int64_t now = atomic_load(&self->manual_now);
     double x = nearbyint(seconds * 1e9);
     if (!(x >= 0) || !(x < 9.2e18 - (double)now)) {

@@ -291,18 +291,10 @@ PyObject *hwtimer_timer_stop(TimerObject *self)
 static int parse_tick(hwtimer_state *st, PyObject *tick_o, double default_tick, double *out)
 {
     double tick = default_tick;
-    if (tick_o && hwtimer_parse_seconds(st, tick_o, "tick_duration", &tick) < 0) {
-        if (!PyIndex_Check(tick_o) || !PyErr_ExceptionMatches(PyExc_OverflowError))
-            return -1;
-        PyErr_Clear();
-        /* an int too large for a double: far too long, or negative */
-        PyObject *index = PyNumber_Index(tick_o);
-        int positive = index ? PyObject_RichCompareBool(index, Py_False, Py_GT) : -1;
-        Py_XDECREF(index);
-        if (positive < 0)
-            return -1;
-        tick = positive ? Py_HUGE_VAL : -Py_HUGE_VAL;
-    }
+    /* an int too large for a double: far too long, or negative */
+    if (tick_o && hwtimer_parse_seconds(st, tick_o, "tick_duration", &tick) < 0 &&
+        hwtimer_huge_seconds(tick_o, &tick) < 0)
+        return -1;
     if (!(tick > 0) || (isinf(tick) && !PyIndex_Check(tick_o))) {
         PyErr_Format(PyExc_ValueError, "tick_duration must be > 0 and finite, not %R", tick_o);
         return -1;
