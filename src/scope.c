@@ -202,16 +202,13 @@ static int scope_schedule(ScopeObject *self, double when)
     /* On the wheel the scope itself is the callback, run in an empty
        context: no bound method, no copy of the context.  On the loop it is
        _on_timeout(), so that scope_expire() knows where a call comes from. */
-    PyObject *callback = (PyObject *)self;
-    Py_INCREF(callback);
-    PyObject *handle = NULL;
     double delay = when - now;
-    if (!(delay > 0) || on_loop) {
-        Py_DECREF(callback);
-        callback = PyCFunction_New(&on_timeout_def, (PyObject *)self);
-        if (!callback)
-            return -1;
-    }
+    PyObject *callback = (PyObject *)self;
+    if (delay > 0 && !on_loop)
+        Py_INCREF(callback);
+    else if (!(callback = PyCFunction_New(&on_timeout_def, (PyObject *)self)))
+        return -1;
+    PyObject *handle = NULL;
     if (!(delay > 0)) {
         handle = call_method(self->loop, st->str_call_soon, callback);
     } else if (on_loop) {
