@@ -160,14 +160,10 @@ def block_floors(p: dict, b: dict, r: dict) -> str | None:
         f"- burst: hwtimer runs {both(run_rate, '.2f')} million callbacks a second from the "
         f"first to the last, against {both(limit, '.2f')} million for the C loop: "
         f"**{both(bf['hwtimer run rate / limit'], '.2f')}x the limit** (target >= 0.9x); "
-        + (
-            "by the process's CPU time, which leaves out what other processes took and "
-            "counts the worker's walk of the bucket, "
-            f"{both(bf['hwtimer run rate / limit, by CPU time'], '.2f')}x; "
-            if "hwtimer run rate / limit, by CPU time" in bf
-            else ""
-        )
-        + "from the deadline to the last callback "
+        "by the process's CPU time, which leaves out what other processes took and "
+        "counts the worker's walk of the bucket, "
+        f"{both(bf['hwtimer run rate / limit, by CPU time'], '.2f')}x; "
+        "from the deadline to the last callback "
         f"{med(bf['hwtimer deadline-to-last rate / limit'], '.2f')}x. The first callback "
         f"started {both(first, '.1f')} ms after the deadline (target: within one tick, "
         f"{r['machine']['hwtimer_config']['tick_duration'] * 1e3:g} ms, at the median; each "
