@@ -282,6 +282,16 @@ static int check_deadline(PyObject *obj, const char *what, double *out)
     return 0;
 }
 
+/* Returns 0 if `timer` is a timer or None, or -1 with TypeError. */
+static int require_timer(hwtimer_state *st, PyObject *timer)
+{
+    if (timer == Py_None || PyObject_TypeCheck(timer, st->timer_type))
+        return 0;
+    PyErr_Format(PyExc_TypeError, "timer must be a HashedWheelTimer or None, not %.200s",
+                 hwtimer_type_name(Py_TYPE(timer)));
+    return -1;
+}
+
 static int scope_init(ScopeObject *self, PyObject *args, PyObject *kwds)
 {
     static const char *const names[] = {"when", "timer"};
@@ -300,11 +310,8 @@ static int scope_init(ScopeObject *self, PyObject *args, PyObject *kwds)
     }
     if (when != Py_None && check_deadline(when, "when", &w) < 0)
         return -1;
-    if (timer != Py_None && !PyObject_TypeCheck(timer, st->timer_type)) {
-        PyErr_Format(PyExc_TypeError, "timer must be a HashedWheelTimer or None, not %.200s",
-                     hwtimer_type_name(Py_TYPE(timer)));
+    if (require_timer(st, timer) < 0)
         return -1;
-    }
     if (self->phase != CREATED || self->task) {
         PyErr_SetString(PyExc_RuntimeError, "TimeoutScope is already initialised");
         return -1;
@@ -331,11 +338,8 @@ static PyObject *scope_after(PyTypeObject *tp, PyObject *const *args, Py_ssize_t
     if (check_deadline(args[0], "delay", &seconds) < 0)
         return NULL;
     PyObject *timer = args[1];
-    if (timer != Py_None && !PyObject_TypeCheck(timer, st->timer_type)) {
-        PyErr_Format(PyExc_TypeError, "timer must be a HashedWheelTimer or None, not %.200s",
-                     hwtimer_type_name(Py_TYPE(timer)));
+    if (require_timer(st, timer) < 0)
         return NULL;
-    }
     PyObject *loop = hwtimer_running_loop(st);
     if (!loop)
         return NULL;
