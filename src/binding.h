@@ -630,6 +630,7 @@ typedef struct {
     PyObject *handle;      /* owned: the deadline's Timeout or loop Handle */
     Py_ssize_t cancelling; /* the task's cancel requests on entering */
     double created_at;     /* loop.time() when made by _after(), else NaN */
+    double created_delay;  /* _after()'s seconds (its when is created_at + this) */
     int64_t created_ns;    /* and the timer's clock then (scope.c) */
     /* its timer stopped while it was entered: its deadline went to the
        loop's clock, and so does any reschedule() */

@@ -182,6 +182,7 @@ static int scope_schedule(ScopeObject *self, double when)
         return -1;
     TimerObject *timer = (TimerObject *)self->timer;
     bool on_loop = (st->follow_loop_time && !timer->manual) || self->on_loop;
+    double delay;
     if (!isnan(now) && !on_loop) {
         /* loop.time() now, from that at creation plus what the timer's
            clock has moved since: the scope may be entered long after it
@@ -189,7 +190,12 @@ static int scope_schedule(ScopeObject *self, double when)
            On a ManualTimer that is its own clock, which the loop's does not
            follow.  (Following the loop, its time() is read below: a
            fake-time loop's clock jumps, the monotonic one does not.) */
-        now += (double)(timer_clock_ns(timer) - self->created_ns) / 1e9;
+        double elapsed = (double)(timer_clock_ns(timer) - self->created_ns) / 1e9;
+        /* The deadline _after() set is its delay on from creation, exactly:
+           taken back out of loop.time() + delay, it can come out an ulp
+           over, one ns late once rounded up, and a tick late on its end. */
+        delay = when == now + self->created_delay ? self->created_delay - elapsed
+                                                   : when - (now + elapsed);
     } else {
         PyObject *now_o = call_method(self->loop, st->str_time, NULL);
         if (!now_o)
@@ -198,11 +204,11 @@ static int scope_schedule(ScopeObject *self, double when)
         Py_DECREF(now_o);
         if (now == -1.0 && PyErr_Occurred())
             return -1;
+        delay = when - now;
     }
     /* On the wheel the scope itself is the callback, run in an empty
        context: no bound method, no copy of the context.  On the loop it is
        _on_timeout(), so that scope_expire() knows where a call comes from. */
-    double delay = when - now;
     PyObject *callback = (PyObject *)self;
     if (delay > 0 && !on_loop)
         Py_INCREF(callback);
@@ -360,6 +366,7 @@ static PyObject *scope_after(PyTypeObject *tp, PyObject *const *args, Py_ssize_t
     if (self) {
         self->when = PyFloat_FromDouble(now + seconds);
         self->created_at = now;
+        self->created_delay = seconds;
         self->created_ns = timer_clock_ns((TimerObject *)timer);
         self->loop = loop;
         loop = NULL;

@@ -138,6 +138,39 @@ def test_timeout_scope_expires_when_the_clock_passes(manual_timer: ManualTimer, 
     run(main)
 
 
+def test_a_scope_on_a_tick_end_fires_there_whatever_the_loop_time(
+    manual_timer: ManualTimer,
+) -> None:
+    """timeout(60) is due 60 s on from its creation, exactly: not the 60 s
+    and an ulp that loop.time() + 60 - loop.time() gives just below a
+    power of two, which rounded up to whole ns is a tick later."""
+
+    class StoppedClockLoop(asyncio.SelectorEventLoop):
+        def time(self) -> float:
+            return 8191.0001  # (this + 60) - this is 60.00000000000091
+
+    async def main() -> str:
+        async def body() -> str:
+            try:
+                async with hwtimer.timeout(60):
+                    await asyncio.Event().wait()
+            except TimeoutError:
+                return f"timed out at {manual_timer.time()}"
+            return "no timeout"
+
+        task = asyncio.create_task(body())
+        await asyncio.sleep(0)
+        await manual_timer.advance_async(60)
+        assert task.done()
+        return task.result()
+
+    loop = StoppedClockLoop()
+    try:
+        assert loop.run_until_complete(main()) == "timed out at 60.0"
+    finally:
+        loop.close()
+
+
 def test_wait_for_and_sleep_under_the_fixture(manual_timer: ManualTimer, run: Any) -> None:
     async def main() -> None:
         never = asyncio.get_running_loop().create_future()
