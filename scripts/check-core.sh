@@ -5,7 +5,8 @@
 #   1. tests/c/model_test.c, the core against its reference model on a fake
 #      clock, built with ASan+UBSan (-fno-sanitize-recover=all);
 #   2. tests/c/fault_test.c, each pthread init of the core failing in
-#      turn (the error reported, what was made undone), under ASan+UBSan,
+#      turn (the error reported, what was made undone) and a start taken
+#      back keeping its timeouts, under ASan+UBSan,
 #      and tests/c/reset_wake_test.c, a reset made as the worker is about
 #      to sleep (held there by its clock read), under ASan+UBSan;
 #   3. tests/c/stress_core.c, the real worker thread with concurrent

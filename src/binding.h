@@ -292,6 +292,9 @@ typedef struct DispatchObject {
     bool synced;             /* lock and done_cond were made: dealloc destroys them */
     bool done;               /* run() has finished its last batch */
     unsigned long thread_id; /* the dispatch thread, once running */
+    /* its start() failed before it ran: run() returns at once, should its
+       thread exist after all (Thread.start() interrupted in its wait) */
+    bool abandoned;
     PyObject *name;          /* owned str */
     pid_t pid;               /* the process its thread runs in */
     /* borrowed: while this dispatch thread waits in a stop() of another

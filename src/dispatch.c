@@ -43,6 +43,8 @@ void hwtimer_dispatch_mark_done(DispatchObject *self)
 static PyObject *dispatch_run(DispatchObject *self, PyObject *unused)
 {
     (void)unused;
+    if (self->abandoned) /* the timer is not started, or has another one */
+        Py_RETURN_NONE;
     self->thread_id = PyThread_get_thread_ident();
     hwtimer_this_thread_dispatch = self;
     set_native_name(self->name);
@@ -142,6 +144,7 @@ DispatchObject *hwtimer_dispatch_new(TimerObject *timer)
     hwt_timer_incref(d->core);
     d->done = false;
     d->thread_id = 0;
+    d->abandoned = false;
     d->pid = getpid();
     d->waits_for = NULL;
     d->name = PyUnicode_FromFormat("%U-dispatch", timer->name);

@@ -166,6 +166,9 @@ struct hwt_timer {
        from being made again there (the timer is orphaned then), or 0 */
     int fork_err;
     int64_t start_time;
+    /* started once and taken back by hwt_timer_unstart: the start time
+       stays, and the wheel may hold timeouts for stop() to sweep */
+    bool unstarted;
 
     hwt_sink default_sink;
     /* Timeouts to release, not run: cancelled ones, and expired ones whose
@@ -855,7 +858,8 @@ int hwt_timer_start(hwt_timer *t)
         return 0;
     if (t->state == T_STOPPED)
         return EALREADY;
-    t->start_time = t->cfg.clock(t->cfg.clock_ctx);
+    if (!t->unstarted) /* else deadlines already count from the first start */
+        t->start_time = t->cfg.clock(t->cfg.clock_ctx);
     if (!t->cfg.manual) {
         /* the worker blocks every signal: they belong to the main thread */
         sigset_t all, old;
@@ -868,6 +872,22 @@ int hwt_timer_start(hwt_timer *t)
     }
     t->state = T_STARTED;
     return 0;
+}
+
+void hwt_timer_unstart(hwt_timer *t)
+{
+    if (t->state != T_STARTED || t->orphaned)
+        return;
+    if (!t->cfg.manual) {
+        /* what the worker holds stays where it is: on the wheel, on its
+           lists, in the sinks, for the next worker or for stop() */
+        atomic_store(&t->stopping, true);
+        wake_worker(t);
+        pthread_join(t->thread, NULL);
+        atomic_store(&t->stopping, false);
+    }
+    t->unstarted = true;
+    t->state = T_NEW;
 }
 
 bool hwt_timer_started(const hwt_timer *t)
@@ -1513,15 +1533,16 @@ static void finish_sinks(hwt_timer *t)
 
 hwt_timeout *hwt_timer_stop(hwt_timer *t)
 {
-    if (t->state != T_STARTED) {
+    if (t->state == T_STOPPED || (t->state == T_NEW && !t->unstarted)) {
         t->state = T_STOPPED;
         finish_sinks(t); /* their consumers, if any, are done waiting */
         return NULL;
     }
+    bool worker = t->state == T_STARTED; /* else unstarted: none, but maybe timeouts */
     t->state = T_STOPPED;
     atomic_store(&t->stopping, true);
     wake_worker(t);
-    if (!t->cfg.manual && !t->orphaned)
+    if (worker && !t->cfg.manual && !t->orphaned)
         pthread_join(t->thread, NULL);
 
     pthread_mutex_lock(&t->lock);

@@ -202,6 +202,15 @@ void hwt_timer_decref(hwt_timer *t);
    child of fork(), the error that kept the timer from being made usable
    there (hwt_timer_orphaned is then true). */
 int hwt_timer_start(hwt_timer *t);
+/* Takes a started timer back to not started, for an embedder whose own
+   start failed after hwt_timer_start: stops the worker and waits for it.
+   Every timeout scheduled meanwhile stays as it was (on the wheel, queued,
+   or delivered to a sink and not yet taken): a later hwt_timer_start runs
+   them, with deadlines still counted from the first start, and
+   hwt_timer_stop returns them.  No schedule is accepted until then.  A
+   no-op unless started (and not orphaned).  Must not be called from the
+   worker, nor race hwt_timer_start or hwt_timer_stop. */
+void hwt_timer_unstart(hwt_timer *t);
 bool hwt_timer_started(const hwt_timer *t);
 bool hwt_timer_stopped(const hwt_timer *t);
 /* True in a child of fork() for a timer started in the parent (it has no
@@ -315,7 +324,8 @@ typedef void (*hwt_visit_fn)(void *ctx, hwt_timeout *to);
    errno value, ENOMEM (nothing was visited). */
 int hwt_timer_soonest(hwt_timer *t, size_t limit, hwt_visit_fn fn, void *ctx, size_t *found);
 
-/* Stops the worker and waits for it.  Returns the timeouts that had
+/* Stops the worker and waits for it (after hwt_timer_unstart, there is
+   none: it sweeps what was kept).  Returns the timeouts that had
    neither expired nor been cancelled, each now CANCELLED and owned by the
    caller, chained by link.next.  Cancelled ones still held are released
    (hwt_timer_take_released), and every sink is marked finished.  A second

@@ -206,18 +206,26 @@ int hwtimer_timer_start(TimerObject *self)
     Py_XDECREF(args);
     Py_XDECREF(thread);
     if (!r) {
-        /* no dispatch thread: take the worker down again */
         PyObject *type, *value, *tb;
         PyErr_Fetch(&type, &value, &tb);
-        running_remove(self);
-        hwt_timeout *left;
-        Py_BEGIN_ALLOW_THREADS
-        left = hwt_timer_stop(self->core);
-        Py_END_ALLOW_THREADS
-        hwtimer_release_chain(left);
-        hwtimer_release_chain(hwt_sink_take(hwt_timer_default_sink(self->core)));
+        if (!self->running) {
+            /* a stop() meanwhile: it waits for this dispatch thread */
+            hwtimer_release_chain(hwt_sink_take(hwt_timer_default_sink(self->core)));
+            hwtimer_dispatch_mark_done(d);
+        } else if (!d->thread_id) {
+            /* no dispatch thread (or one that has not run yet, if
+               Thread.start() was interrupted as it waited: it will return
+               at once): back to not started, so that start() can be called
+               again, with what other threads scheduled meanwhile kept for
+               it.  The GIL is held while the worker exits (it never takes
+               the GIL): no start(), stop() or schedule sees the timer half
+               way. */
+            d->abandoned = true;
+            running_remove(self);
+            hwt_timer_unstart(self->core);
+            Py_CLEAR(self->dispatcher);
+        } /* else its thread runs: started, and interrupted only after */
         hwtimer_release_chain(hwt_timer_take_released(self->core));
-        hwtimer_dispatch_mark_done(d);
         PyErr_Restore(type, value, tb);
         return -1;
     }
@@ -259,9 +267,14 @@ PyObject *hwtimer_timer_stop(TimerObject *self)
 {
     if (self->manual)
         return manual_stop(self);
-    if (!self->dispatcher) { /* never started */
-        hwt_timer_stop(self->core);
-        return PyList_New(0);
+    if (!self->dispatcher) { /* never started, or its start() failed */
+        hwt_timeout *left = hwt_timer_stop(self->core);
+        /* expired before a start() that failed took the worker down: run
+           here, as no dispatch thread will */
+        hwt_sink *default_sink = hwt_timer_default_sink(self->core);
+        hwtimer_run_batch(default_sink, hwt_sink_take(default_sink), false);
+        hwtimer_release_chain(hwt_timer_take_released(self->core));
+        return left ? stop_list(self, left) : PyList_New(0);
     }
     DispatchObject *d = (DispatchObject *)self->dispatcher;
     /* A dispatch thread that waits for another one must not be waited for

@@ -12,7 +12,7 @@ import threading
 import weakref
 
 import pytest
-from conftest import DEADLINE, collect_until, run_python, wait_for
+from conftest import DEADLINE, collect_until, native_thread_names, run_python, wait_for
 
 from hwtimer import Timeout
 
@@ -110,6 +110,109 @@ def test_start_without_room_for_a_thread_raises_oserror_with_its_errno() -> None
     proc = run_python(START_WITHOUT_ROOM, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "ok\n", proc.stdout
+
+
+def _refuse_dispatch_thread(monkeypatch, timer, scheduled: list) -> None:
+    """Has the dispatch thread's start fail as Thread.start does when no
+    thread can be made, after another user of `timer` scheduled on it (its
+    worker runs by then)."""
+    real_start = threading.Thread.start
+
+    def refuse(thread: threading.Thread) -> None:
+        if not thread.name.endswith("-dispatch"):
+            real_start(thread)
+            return
+        task = Task()
+        scheduled.append((timer.new_timeout(task, 0.01), task))
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(threading.Thread, "start", refuse)
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="reads /proc/self/task")
+def test_start_whose_dispatch_thread_cannot_start_can_be_called_again(
+    make_timer, monkeypatch
+) -> None:
+    """start() that could not start the dispatch thread raises its error and
+    leaves the timer as it was: no worker left running, and a later start()
+    starts it, with what was scheduled meanwhile still pending."""
+    timer = make_timer(0.001, thread_name="hw-refused")
+    scheduled: list = []
+    _refuse_dispatch_thread(monkeypatch, timer, scheduled)
+    with pytest.raises(RuntimeError, match="can't start new thread"):
+        timer.start()
+    monkeypatch.undo()
+    ((timeout, task),) = scheduled
+    assert "hw-refused" not in native_thread_names()  # the worker went too
+    assert not timeout.is_cancelled()
+    assert not task.ran.is_set()  # no dispatch thread ran it
+    timer.start()
+    assert task.ran.wait(DEADLINE)
+    assert wait_for(timeout.is_expired)
+    assert timer.stop() == []
+
+
+@pytest.mark.parametrize("runs_first", [True, False], ids=["thread-ran", "thread-not-yet"])
+def test_start_interrupted_as_its_dispatch_thread_starts_leaves_one(
+    make_timer, monkeypatch, runs_first: bool
+) -> None:
+    """Thread.start() can raise (a signal handler's error, as it waits for
+    the new thread) after the thread was made, which has run or not yet:
+    start() raises it, and the timer then runs with one dispatch thread,
+    never two."""
+    timer = make_timer(0.001, thread_name="hw-interrupted-start")
+    real_start = threading.Thread.start
+    gate = threading.Event()
+    if runs_first:
+        gate.set()
+
+    def interrupted(thread: threading.Thread) -> None:
+        if not thread.name.endswith("-dispatch"):
+            real_start(thread)
+            return
+        run = thread.run
+
+        def gated_run() -> None:
+            gate.wait(DEADLINE)
+            run()
+
+        thread.run = gated_run  # type: ignore[method-assign]
+        real_start(thread)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(threading.Thread, "start", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        timer.start()
+    monkeypatch.undo()
+    timer.start()  # started already, or now
+    gate.set()
+    task = Task()
+    timer.new_timeout(task, 0)
+    assert task.ran.wait(DEADLINE)
+
+    def dispatch_threads() -> int:
+        return sum(t.name == "hw-interrupted-start-dispatch" for t in threading.enumerate())
+
+    assert wait_for(lambda: dispatch_threads() == 1), dispatch_threads()
+    assert timer.stop() == []
+
+
+def test_stop_after_a_start_that_failed_returns_what_was_scheduled(make_timer, monkeypatch) -> None:
+    timer = make_timer(0.001)
+    scheduled: list = []
+    _refuse_dispatch_thread(monkeypatch, timer, scheduled)
+    with pytest.raises(RuntimeError):
+        timer.start()
+    monkeypatch.undo()
+    ((timeout, task),) = scheduled
+    returned = timer.stop()
+    # still pending, unless the worker expired it first: stop() ran it then
+    assert returned == ([] if task.ran.is_set() else [timeout])
+    assert timeout.is_cancelled() or timeout.is_expired()
+    assert timer.stop() == []
+    ref = weakref.ref(task)
+    del returned, timeout, task, scheduled
+    assert collect_until(ref)
 
 
 def test_exit_with_50k_pending_timeouts_ten_times() -> None:

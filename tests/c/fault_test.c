@@ -7,6 +7,8 @@
  * checks that hwt_timer_new and hwt_sink_init report that error (not
  * ENOMEM) and undo everything they had made, and that a child of fork()
  * that cannot make a timer's condition variables again says so at start.
+ * A start that the embedder takes back (hwt_timer_unstart, when its own
+ * part of a start fails) keeps every timeout for the next start or stop.
  *
  * Usage: fault_test.  Exits 0 when every check holds.
  */
@@ -183,6 +185,61 @@ static void check_fork(void)
     hwt_timer_decref(t);
 }
 
+/* Waits for the worker to deliver something to `sink`; returns it. */
+static hwt_timeout *wait_delivered(hwt_sink *sink)
+{
+    bool finished = false;
+    hwt_timeout *got = NULL;
+    while (!got && !finished)
+        got = hwt_sink_wait(sink, &finished);
+    return got;
+}
+
+/* A start taken back: the worker goes, what was scheduled stays (queued,
+   on the wheel, delivered), on the first start's clock; the timer then
+   starts again and runs it, or stops and returns it. */
+static void check_unstart(void)
+{
+    hwt_timer *t = hwt_timer_new(&config);
+    hwt_timer *t2 = hwt_timer_new(&config);
+    CHECK(t && t2, "hwt_timer_new failed: errno %d", errno);
+    if (!t || !t2)
+        return;
+    hwt_sink *sink = hwt_timer_default_sink(t);
+    hwt_timeout fired = {.sink = sink}, due = {.sink = sink}, far = {.sink = sink};
+    hwt_timeout refused = {.sink = sink};
+    CHECK(hwt_timer_start(t) == 0, "start failed");
+    int64_t start = hwt_timer_start_time(t);
+    CHECK(hwt_timer_schedule(t, &fired, 0) == HWT_OK, "schedule failed");
+    CHECK(hwt_timer_schedule(t, &far, INT64_C(3600000000000)) == HWT_OK, "schedule failed");
+    CHECK(wait_delivered(sink) == &fired, "the worker did not deliver the first timeout");
+    CHECK(hwt_timer_schedule(t, &due, 20000000) == HWT_OK, "schedule failed");
+    usleep(5000); /* maybe on the wheel by now, maybe still queued */
+    hwt_timer_unstart(t);
+    CHECK(!hwt_timer_started(t) && !hwt_timer_stopped(t), "unstarted, it is not as new");
+    CHECK(hwt_timer_schedule(t, &refused, 0) == HWT_ESTOPPED, "unstarted, it takes schedules");
+    usleep(40000); /* `due` is due: nothing delivers it */
+    CHECK(hwt_sink_take(sink) == NULL, "delivered with no worker");
+    CHECK(hwt_timer_start(t) == 0, "no second start");
+    CHECK(hwt_timer_start_time(t) == start, "the second start moved the clock");
+    CHECK(wait_delivered(sink) == &due, "the second start did not deliver the due timeout");
+    hwt_timeout *left = hwt_timer_stop(t);
+    CHECK(left == &far && !far.link.next, "stop did not return the far timeout alone");
+    CHECK(hwt_timer_take_released(t) == NULL, "something was released");
+    hwt_timer_decref(t);
+
+    /* taken back, then stopped: stop returns what it kept */
+    hwt_timeout kept = {.sink = hwt_timer_default_sink(t2)};
+    CHECK(hwt_timer_start(t2) == 0, "start failed");
+    CHECK(hwt_timer_schedule(t2, &kept, INT64_C(3600000000000)) == HWT_OK, "schedule failed");
+    hwt_timer_unstart(t2);
+    left = hwt_timer_stop(t2);
+    CHECK(left == &kept && !kept.link.next, "stop after unstart did not return the timeout");
+    CHECK(hwt_timer_stopped(t2) && hwt_timer_start(t2) == EALREADY, "stopped, it starts again");
+    CHECK(hwt_timer_stop(t2) == NULL, "a second stop returned timeouts");
+    hwt_timer_decref(t2);
+}
+
 static void check_round_ticks(void)
 {
     uint32_t n = 7;
@@ -206,12 +263,14 @@ int main(void)
     CHECK(points >= 7, "hwt_timer_new made %d objects, expected at least 7", points);
     check_sink_init();
     check_fork();
+    check_unstart();
     check_round_ticks();
     if (checks_failed) {
         fprintf(stderr, "fault_test: %d checks failed\n", checks_failed);
         return 1;
     }
-    printf("fault_test: %d failure points of hwt_timer_new, sink init, fork and rounding passed\n",
+    printf("fault_test: %d failure points of hwt_timer_new, sink init, fork, unstart and "
+           "rounding passed\n",
            points);
     return 0;
 }
