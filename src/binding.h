@@ -188,7 +188,8 @@ struct TimerObject {
     TimerObject *running_next, *running_prev; /* in module_state->running_timers */
     bool running;                             /* started, not stopped */
     /* owned list, or NULL: periodic timeouts whose run ended after stop()
-       swept the wheel, for stop() to return */
+       swept the wheel, and what a stop() that a signal interrupted would
+       have returned, for stop() to return */
     PyObject *stopped_periodic;
     /* owned, chained through handed_next: new_periodic() timeouts handed
        to the executor, from their submit() to the end of their run, which
@@ -196,8 +197,9 @@ struct TimerObject {
     struct PeriodicTimeoutObject *handed_out;
     bool stop_collected; /* stop() has returned its list */
     /* owned chain (link.next): what stop() returns, kept here while it
-       waits, so that a call interrupted by a signal, or a fork child whose
-       stopping thread did not come along, can still return them */
+       waits, so that a fork child whose stopping thread did not come
+       along can still return them (a call interrupted by a signal moves
+       them to stopped_periodic, where the cyclic GC sees them) */
     hwt_timeout *stop_left;
     pid_t stop_waiter; /* the process whose stop() call waits to return them, or 0 */
     /* A ManualTimer (hwtimer.testing): no threads; its core reads the

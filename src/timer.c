@@ -99,18 +99,12 @@ static int manual_start(TimerObject *self)
     return 0;
 }
 
-/* Returns what stop() returns (a new reference), or NULL: the periodic
-   timeouts that were in their run (those on the executor or delivered to a
-   loop too, whose runs may end later), and the chain `left`, which it
-   releases either way.  The deadlines of sleep() and of scopes in `left`
-   are not listed: they go on on their loops' clocks. */
-static PyObject *stop_list(TimerObject *self, hwt_timeout *left)
+/* Appends the chain `left` to `list` (NULL: only releases it), and
+   releases the chain either way.  Returns `list`, or NULL if an append
+   failed.  The deadlines of sleep() and of scopes in `left` are not
+   listed: they go on on their loops' clocks. */
+static PyObject *list_left(TimerObject *self, PyObject *list, hwt_timeout *left)
 {
-    PyObject *list = self->stopped_periodic ? self->stopped_periodic : PyList_New(0);
-    self->stopped_periodic = NULL;
-    self->stop_collected = true;
-    hwtimer_stop_handed_out(self, list);
-    hwtimer_loop_sinks_stop_periodic(self, list);
     PyTypeObject *loop_timeout_type = self->module_state->loop_timeout_type;
     while (left) {
         hwt_timeout *next = hwt_timeout_of(left->link.next);
@@ -127,6 +121,48 @@ static PyObject *stop_list(TimerObject *self, hwt_timeout *left)
         left = next;
     }
     return list;
+}
+
+/* Returns what stop() returns (a new reference), or NULL: the periodic
+   timeouts that were in their run (those on the executor or delivered to a
+   loop too, whose runs may end later), and the chain `left`, which it
+   releases either way (list_left). */
+static PyObject *stop_list(TimerObject *self, hwt_timeout *left)
+{
+    PyObject *list = self->stopped_periodic ? self->stopped_periodic : PyList_New(0);
+    self->stopped_periodic = NULL;
+    self->stop_collected = true;
+    hwtimer_stop_handed_out(self, list);
+    hwtimer_loop_sinks_stop_periodic(self, list);
+    return list_left(self, list, left);
+}
+
+/* After a stop() that a signal interrupted: what it would have returned
+   waits for the next call in stopped_periodic, where the cyclic GC sees
+   it, not in stop_left, which it does not: with no next call, it would
+   keep its tasks and this timer (each holds it) alive for ever.  Out of
+   memory, they are released unlisted, as stop_list() does. */
+static void keep_left(TimerObject *self)
+{
+    hwt_timeout *left = self->stop_left;
+    self->stop_left = NULL;
+    if (!left)
+        return;
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyObject *kept = PyList_New(0);
+    PyErr_Clear();
+    kept = list_left(self, kept, left);
+    PyErr_Clear();
+    if (kept && !self->stopped_periodic) {
+        self->stopped_periodic = kept;
+        kept = NULL;
+    } else if (kept) {
+        if (PyList_SetSlice(self->stopped_periodic, PY_SSIZE_T_MAX, PY_SSIZE_T_MAX, kept) < 0)
+            PyErr_Clear(); /* cancelled, only unlisted */
+    }
+    Py_XDECREF(kept);
+    PyErr_Restore(type, value, tb);
 }
 
 /* stop() of a manual timer: waits for an advance() in another thread, then
@@ -251,8 +287,11 @@ static PyObject *stop_and_wait(TimerObject *self, DispatchObject *d)
     int r = hwtimer_dispatch_wait_done(d);
     if (first)
         self->stop_waiter = 0;
-    if (r < 0)
-        return NULL;        /* interrupted: the next call returns them */
+    if (r < 0) { /* interrupted: the next call returns them */
+        if (first)
+            keep_left(self);
+        return NULL;
+    }
     if (d->pid != getpid()) /* a fork child: no dispatch thread came along to run these */
         hwtimer_release_chain(hwt_sink_take(hwt_timer_default_sink(self->core)));
     hwtimer_release_chain(hwt_timer_take_released(self->core));

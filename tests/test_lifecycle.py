@@ -8,13 +8,14 @@ import concurrent.futures
 import gc
 import json
 import os
+import signal
 import threading
 import weakref
 
 import pytest
 from conftest import DEADLINE, collect_until, native_thread_names, run_python, wait_for
 
-from hwtimer import Timeout
+from hwtimer import HashedWheelTimer, Timeout
 
 # ---- interpreter exit ----
 
@@ -612,6 +613,40 @@ def test_task_reference_released_after_stop(timer) -> None:
     assert len(returned) == 1
     del returned
     assert collect_until(ref)
+
+
+@pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="needs signal.setitimer")
+def test_stop_interrupted_and_not_called_again_leaks_nothing() -> None:
+    """What a stop() that Ctrl-C interrupted keeps for the next call goes,
+    with the timer, as garbage when no next call comes."""
+    timer = HashedWheelTimer(0.001, thread_name="hw-interrupted")
+    task = Task()
+    refs = [weakref.ref(task), weakref.ref(timer)]
+    timer.new_timeout(task, 3600)
+    running, release = threading.Event(), threading.Event()
+
+    def slow(timeout: Timeout) -> None:
+        running.set()
+        release.wait(DEADLINE)
+
+    timer.new_timeout(slow, 0)
+    assert running.wait(DEADLINE)
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.2)  # while stop() waits for slow()
+        with pytest.raises(KeyboardInterrupt):
+            timer.stop()
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    release.set()
+    del timer, task
+    for ref in refs:
+        assert collect_until(ref)
 
 
 def test_pending_task_is_kept_alive_by_the_wheel(timer) -> None:
