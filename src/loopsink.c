@@ -320,9 +320,10 @@ static int start_poster(LoopSinkObject *self)
                                       : NULL;
     PyObject *thread = kwargs ? PyObject_Call(st->thread_type, st->empty_tuple, kwargs) : NULL;
     self->posting = self->poster_alive = thread != NULL;
+    /* start() can raise with the thread made (an exception while it waits
+       for the thread to start): poster_alive stays set, so the wake fd is
+       left for _post() to close if it runs, else for the sink's dealloc */
     PyObject *r = thread ? PyObject_CallMethod(thread, "start", NULL) : NULL;
-    if (!r)
-        self->poster_alive = false;
     Py_XDECREF(r);
     Py_XDECREF(thread);
     Py_XDECREF(kwargs);
@@ -520,6 +521,7 @@ static void sink_dealloc(LoopSinkObject *self)
     sink_clear(self);
     if (self->sink.timer) {
         sink_close(self);
+        self->poster_alive = false; /* a running _post() holds the sink */
         close_fd(self);
         hwt_timer *core = self->sink.timer;
         hwt_sink_destroy(&self->sink);

@@ -11,6 +11,8 @@ it: how many posts a batch costs, and when the posting thread ends.
 from __future__ import annotations
 
 import asyncio
+import gc
+import os
 import threading
 import time
 import weakref
@@ -40,6 +42,20 @@ class NoReaderLoop(asyncio.SelectorEventLoop):
 
 def _posters(timer: hwtimer.HashedWheelTimer) -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name == timer.thread_name + "-post"]
+
+
+def _wake_fds() -> int:
+    """The loop sinks' wake fds open in this process: eventfds, or on the
+    portable backend pipes (two descriptors each)."""
+    posix = hwtimer._hwtimer._backend == "posix"
+    n = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        n += target.startswith("pipe:") if posix else target == "anon_inode:[eventfd]"
+    return n // 2 if posix else n
 
 
 async def _until(done: Callable[[], bool]) -> None:
@@ -188,6 +204,54 @@ def test_keyboard_interrupt_leaves_the_rest_for_the_next_run(
             task.cancel()
         loop.run_until_complete(asyncio.sleep(0))
         loop.close()
+
+
+@pytest.mark.parametrize("made", [False, True], ids=["not-made", "made-then-raised"])
+def test_posting_thread_that_fails_to_start_changes_nothing(
+    make_timer: Any, loop: NoReaderLoop, monkeypatch: pytest.MonkeyPatch, made: bool
+) -> None:
+    # Thread.start() raises: no thread could be made, or one was and an
+    # exception (a signal handler's) came while start() waited for it.  The
+    # call_later() that needed it raises that error and leaves nothing
+    # behind: no timeout, no wake fd, no thread polling a closed one.  The
+    # next call_later(), once threads start, makes the thread and runs.
+    timer = make_timer(0.01, 64)
+    timer.start()
+    start = threading.Thread.start
+    failing = [True]
+    error = KeyboardInterrupt if made else RuntimeError
+
+    def failing_start(thread: threading.Thread) -> None:
+        if not (failing and thread.name.endswith("-post")):
+            return start(thread)
+        if made:
+            start(thread)
+        raise error("can't start new thread")
+
+    monkeypatch.setattr(threading.Thread, "start", failing_start)
+    gc.collect()  # the sinks of earlier tests
+    before = _wake_fds()
+    ran: list[int] = []
+
+    def no_wake_fd_left() -> bool:
+        gc.collect()
+        return _wake_fds() <= before
+
+    async def main() -> None:
+        with pytest.raises(error):
+            timer.call_later(0.01, ran.append, 1)
+        assert timer.pending_timeouts() == 0
+        assert wait_for(lambda: not _posters(timer))
+        assert wait_for(no_wake_fd_left)
+        failing.clear()
+        timer.call_later(0.01, ran.append, 2)
+        await _until(lambda: bool(ran))
+
+    loop.run_until_complete(main())
+    assert ran == [2]
+    assert len(_posters(timer)) == 1
+    assert timer.stop() == []
+    assert wait_for(lambda: not _posters(timer))
 
 
 def test_scheduled_from_another_thread_before_the_loop_runs(make_timer: Any) -> None:
