@@ -374,6 +374,12 @@ void hwtimer_dispatch_timeout(TimerObject *timer, TimeoutObject *to, hwtimer_bat
         timer->task_errors++;
         hwtimer_log_task_error(timer->module_state, (PyObject *)to);
     }
+    /* A periodic one that _run_task() took (the executor ran it, or runs
+       it, before it raised) is not run again: its run re-arms it, and it
+       may be on the wheel already. */
+    PeriodicTimeoutObject *periodic = as_periodic(timer, to);
+    if (periodic && !periodic->submitted)
+        return;
     mark_submitted(timer, to, false);
     hwtimer_run_timeout(timer, to, batch);
 }

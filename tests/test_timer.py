@@ -774,6 +774,40 @@ def test_executor_submit_raising_is_logged_and_task_still_runs(make_timer, caplo
     assert timer.stats()["task_errors"] == 1
 
 
+def test_executor_submit_that_runs_the_task_then_raises_runs_it_once() -> None:
+    # The executor ran the task before refusing it: the task is not run a
+    # second time on the dispatch thread, and a periodic one, back on the
+    # wheel after its run, is not pushed there again (a crash before).
+    proc = run_python(
+        """
+        import time
+        import hwtimer
+
+        class RunThenRaise:
+            def submit(self, fn, *args):
+                fn(*args)
+                raise RuntimeError("refused after running")
+
+        timer = hwtimer.HashedWheelTimer(0.01, executor=RunThenRaise())
+        runs = []
+        p = timer.new_periodic(runs.append, 0.05, delay=0)
+        deadline = time.monotonic() + 10
+        while len(runs) < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert p.cancel() is True
+        time.sleep(0.1)
+        assert len(runs) >= 3, runs
+        assert timer.pending_timeouts() == 0
+        stats = timer.stats()
+        assert stats["cancelled"] == 1 and stats["task_errors"] == len(runs), stats
+        assert timer.stop() == []
+        print("ok")
+        """
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "ok"
+
+
 def test_executor_shut_down_pool(make_timer, caplog) -> None:
     caplog.set_level(logging.WARNING, logger="hwtimer")
     pool = concurrent.futures.ThreadPoolExecutor(1)
