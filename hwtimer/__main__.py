@@ -81,7 +81,9 @@ def _percentile(sorted_values: list[float], q: float) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m hwtimer", description=__doc__.split("\n")[0])
+    # no description under python -OO, which strips the docstring
+    description = __doc__.split("\n")[0] if __doc__ else None
+    parser = argparse.ArgumentParser(prog="python -m hwtimer", description=description)
     parser.add_argument("-n", type=int, default=300_000, help="timeouts to schedule")
     parser.add_argument("--fire", type=float, default=0.05, help="share of them left to fire")
     parser.add_argument("--tick", type=float, default=0.01, help="tick_duration in seconds")

@@ -10,13 +10,17 @@ import sys
 CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def run_main(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def run_main(
+    *args: str, timeout: float = 120, flags: tuple[str, ...] = ()
+) -> subprocess.CompletedProcess[str]:
     # From the checkout, as the README says: the checkout comes first on
     # sys.path there, with or without the extension built beside it.
+    # `flags` go to the interpreter, before -m.
     env = dict(os.environ)
     env.pop("PYTHONWARNINGS", None)
+    env["PYTHONDONTWRITEBYTECODE"] = "1"  # no -OO bytecode left in the checkout
     return subprocess.run(
-        [sys.executable, "-m", "hwtimer", *args],
+        [sys.executable, *flags, "-m", "hwtimer", *args],
         cwd=CHECKOUT,
         env=env,
         capture_output=True,
@@ -80,3 +84,13 @@ def test_main_with_nothing_to_fire_ends_whatever_the_tick() -> None:
     assert proc.returncode == 0, proc.stderr
     assert "scheduled 1,000 timeouts" in proc.stdout
     assert "cancelled 1,000, fired 0, pending 0" in proc.stdout, proc.stdout
+
+
+def test_main_runs_under_python_oo() -> None:
+    # -OO strips docstrings, the module's included: the report and the
+    # usage line do not depend on it
+    proc = run_main("-n", "1000", "--fire", "0", flags=("-OO",))
+    assert proc.returncode == 0, proc.stderr
+    assert "scheduled 1,000 timeouts" in proc.stdout
+    proc = run_main("-n", "0", flags=("-OO",))
+    assert proc.returncode == 2 and "-n must be > 0" in proc.stderr, proc.stderr
