@@ -338,9 +338,11 @@ PyObject *hwtimer_timer_stop(TimerObject *self)
 
 /* ---- construction ---- */
 
-/* Reads tick_duration (NULL: `default_tick`) into seconds, clamped as API.md says.
-   Returns 0 or -1. */
-static int parse_tick(hwtimer_state *st, PyObject *tick_o, double default_tick, double *out)
+/* Reads tick_duration (NULL: `default_tick`) into seconds, clamped as API.md says;
+   *clamped says whether it was, for the caller to warn once every argument
+   is accepted.  Returns 0 or -1. */
+static int parse_tick(hwtimer_state *st, PyObject *tick_o, double default_tick, double *out,
+                      bool *clamped)
 {
     double tick = default_tick;
     /* an int too large for a double: far too long, or negative */
@@ -351,12 +353,9 @@ static int parse_tick(hwtimer_state *st, PyObject *tick_o, double default_tick, 
         PyErr_Format(PyExc_ValueError, "tick_duration must be > 0 and finite, not %R", tick_o);
         return -1;
     }
-    if (tick < 0.001) {
-        if (PyErr_WarnEx(PyExc_RuntimeWarning, "tick_duration below 0.001 s is clamped to 0.001 s",
-                         1) < 0)
-            return -1;
+    *clamped = tick < 0.001;
+    if (*clamped)
         tick = 0.001;
-    }
     *out = tick;
     return 0;
 }
@@ -415,7 +414,8 @@ static int64_t manual_clock(void *ctx)
 static int parse_config(hwtimer_state *st, const hwtimer_timer_args *a, hwt_config *cfg)
 {
     double tick;
-    if (parse_tick(st, a->tick_duration, a->default_tick, &tick) < 0)
+    bool clamped;
+    if (parse_tick(st, a->tick_duration, a->default_tick, &tick, &clamped) < 0)
         return -1;
     long long ticks = a->default_ticks, max_pending = 0;
     if (a->ticks_per_wheel && hwtimer_parse_int(a->ticks_per_wheel, "ticks_per_wheel", &ticks) < 0)
@@ -435,6 +435,10 @@ static int parse_config(hwtimer_state *st, const hwtimer_timer_args *a, hwt_conf
         hwtimer_parse_int(a->max_pending_timeouts, "max_pending_timeouts", &max_pending) < 0)
         return -1;
     if (check_name_and_executor(a->thread_name, a->executor) < 0)
+        return -1;
+    /* only for a timer that will be made: a refused one has no tick */
+    if (clamped && PyErr_WarnEx(PyExc_RuntimeWarning,
+                                "tick_duration below 0.001 s is clamped to 0.001 s", 1) < 0)
         return -1;
     const char *wake_every = getenv("HWTIMER_WAKE_EVERY_TICK");
     *cfg = (hwt_config){

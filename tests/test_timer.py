@@ -135,6 +135,26 @@ def test_clamping_warning_points_at_the_caller() -> None:
     assert "0.001" in str(w.message)
 
 
+@pytest.mark.parametrize(
+    "args, kwargs, exc",
+    [
+        ((0.0001, 0), {}, ValueError),
+        ((0.0001, 1.5), {}, TypeError),
+        ((0.0001,), {"max_pending_timeouts": "1"}, TypeError),
+        ((0.0001,), {"thread_name": b"x"}, TypeError),
+        ((0.0001,), {"executor": object()}, TypeError),
+    ],
+)
+def test_a_refused_timer_with_a_short_tick_does_not_warn(args, kwargs, exc) -> None:
+    # the tick would be clamped, but there is no timer: the error is the
+    # other argument's, with no warning about a clamp (raised in its place
+    # under warnings-as-errors)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(exc):
+            HashedWheelTimer(*args, **kwargs)
+
+
 def test_clamped_timer_works(make_timer) -> None:
     with pytest.warns(RuntimeWarning):
         timer = make_timer(0.0001)
