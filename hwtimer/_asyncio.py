@@ -53,16 +53,23 @@ _BaseExceptionGroup: type[BaseException] | None = getattr(builtins, "BaseExcepti
 def _seconds(delay: Seconds) -> float:
     """Returns `delay` in seconds (a timedelta is converted), a number that
     compares with 0: what has ``__float__`` as its float, or else
-    ``__index__`` as its int, as ``new_timeout()`` reads them."""
-    if isinstance(delay, (int, float)):
+    ``__index__`` as its int, as ``new_timeout()`` reads them.  An int past
+    any float is infinite, as for ``new_timeout()``: never due, or at once."""
+    if isinstance(delay, float):
         return delay
-    if isinstance(delay, timedelta):
+    if isinstance(delay, int):
+        seconds = delay  # a bool too, refused where it is used
+    elif isinstance(delay, timedelta):
         return delay.total_seconds()
-    if isinstance(delay, SupportsFloat):
+    elif isinstance(delay, SupportsFloat):
         return float(delay)
-    if isinstance(delay, SupportsIndex):
-        return operator.index(delay)
-    return delay  # not a number: refused where it is used
+    elif isinstance(delay, SupportsIndex):
+        seconds = operator.index(delay)
+    else:
+        return delay  # not a number: refused where it is used
+    if abs(seconds) > sys.float_info.max:
+        return math.inf if seconds > 0 else -math.inf
+    return seconds
 
 
 def _check_timer(timer: object) -> None:

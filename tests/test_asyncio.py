@@ -1310,6 +1310,32 @@ def test_sleep_and_wait_for_take_the_delays_new_timeout_takes(run: Any, own_time
     run(main)
 
 
+def test_helpers_take_an_int_past_any_float_as_new_timeout_does(run: Any, own_timer: Any) -> None:
+    # new_timeout() reads an int exactly, however large: 10**400 seconds
+    # never fire and -(10**400) are due at once; the helpers take delays by
+    # the same rules, rather than raising OverflowError on the way to float
+    async def main() -> None:
+        for delay in (10**400, HasIndex(10**400)):
+            async with hwtimer.timeout(delay, timer=own_timer) as cm:
+                await asyncio.sleep(0.02)
+            assert not cm.expired() and cm.when() == math.inf
+            waited = hwtimer.wait_for(asyncio.sleep(0.01, "done"), delay, timer=own_timer)
+            assert await waited == "done"
+            sleeper = asyncio.ensure_future(hwtimer.sleep(delay, timer=own_timer))
+            await asyncio.sleep(0.05)
+            assert not sleeper.done()
+            sleeper.cancel()
+        for delay in (-(10**400), HasIndex(-(10**400))):
+            with pytest.raises(TimeoutError):
+                async with hwtimer.timeout(delay, timer=own_timer):
+                    await asyncio.sleep(10)
+            with pytest.raises(TimeoutError):
+                await hwtimer.wait_for(asyncio.sleep(10), delay, timer=own_timer)
+            assert await hwtimer.sleep(delay, "slept", timer=own_timer) == "slept"
+
+    run(main)
+
+
 def test_sleep_zero_yields_like_asyncio(run: Any) -> None:
     async def interleaving(sleep: Any) -> list[str]:
         order: list[str] = []
