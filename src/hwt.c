@@ -1715,16 +1715,25 @@ static int cmp_i64(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-void hwt_timer_latency(hwt_timer *t, hwt_latency *out)
+int hwt_timer_latency(hwt_timer *t, hwt_latency *out)
 {
-    int64_t sorted[LATENCY_WINDOW];
+    /* on the heap: the window is 32 KiB, as much as the whole stack of a
+       thread made with Python's smallest threading.stack_size() */
     size_t n = t->late_n;
-    memcpy(sorted, t->late, n * sizeof(int64_t));
-    qsort(sorted, n, sizeof(int64_t), cmp_i64);
+    int64_t *sorted = NULL;
+    if (n) {
+        sorted = malloc(n * sizeof(int64_t));
+        if (!sorted)
+            return ENOMEM;
+        memcpy(sorted, t->late, n * sizeof(int64_t));
+        qsort(sorted, n, sizeof(int64_t), cmp_i64);
+    }
     out->samples = n;
     out->late_p50 = n ? sorted[(n - 1) / 2] : 0;
     out->late_p99 = n ? sorted[(n - 1) * 99 / 100] : 0;
     out->late_max = n ? sorted[n - 1] : 0;
     out->task_time_max = t->task_time_max;
     out->untimed = t->untimed;
+    free(sorted);
+    return 0;
 }

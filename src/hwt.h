@@ -409,6 +409,7 @@ typedef struct hwt_latency {
     size_t samples;
     uint64_t untimed; /* tasks run untimed, since the timer was made */
 } hwt_latency;
-void hwt_timer_latency(hwt_timer *t, hwt_latency *out);
+/* Returns 0, or ENOMEM (then *out is not filled in). */
+int hwt_timer_latency(hwt_timer *t, hwt_latency *out);
 
 #endif /* HWT_H */

@@ -144,7 +144,11 @@ PyObject *hwtimer_timer_stats(TimerObject *self, PyObject *unused)
     hwt_stats s;
     hwt_latency lat;
     hwt_timer_stats(self->core, &s);
-    hwt_timer_latency(self->core, &lat);
+    int err = hwt_timer_latency(self->core, &lat);
+    if (err) {
+        hwtimer_core_error(self, err, "read the lateness");
+        return NULL;
+    }
     PyObject *d = PyDict_New();
     if (!d)
         return NULL;

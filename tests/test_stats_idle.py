@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import random
+import subprocess
+import sys
 import threading
 import time
 
@@ -157,6 +159,36 @@ def test_task_time_max_sees_a_slow_task(make_timer):
     timer.new_timeout(lambda t: (time.sleep(0.05), done.set()), 0)
     assert done.wait(10)
     assert wait_for(lambda: timer.stats()["task_time_max"] >= 0.05)
+
+
+SMALL_STACK_STATS = """
+import threading
+from hwtimer.testing import ManualTimer
+
+timer = ManualTimer()
+for i in range(5000):  # lateness samples to sort
+    timer.new_timeout(lambda t: None, 0.001 * (i % 7))
+timer.advance(0.01)
+threading.stack_size(32768)  # the least Python allows
+got = []
+thread = threading.Thread(target=lambda: got.append(timer.stats()))
+thread.start()
+thread.join()
+print(got[0]["late_samples"], got[0]["expired"])
+timer.stop()
+"""
+
+
+@pytest.mark.skipif("san.so" in os.environ.get("LD_PRELOAD", ""), reason="under a sanitizer")
+def test_stats_from_a_thread_with_the_smallest_stack():
+    # stats() may be polled from any thread, one made with
+    # threading.stack_size() too: it must not need more stack than that
+    proc = subprocess.run(
+        [sys.executable, "-c", SMALL_STACK_STATS], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    samples, expired = map(int, proc.stdout.split())
+    assert 0 < samples <= 4096 and expired == 5000
 
 
 def test_idle_timer_does_not_wake(make_timer):
