@@ -50,11 +50,13 @@ else:
 _BaseExceptionGroup: type[BaseException] | None = getattr(builtins, "BaseExceptionGroup", None)
 
 
-def _seconds(delay: Seconds) -> float:
+def _seconds(delay: Seconds, name: str = "delay") -> float:
     """Returns `delay` in seconds (a timedelta is converted), a number that
     compares with 0: what has ``__float__`` as its float, or else
     ``__index__`` as its int, as ``new_timeout()`` reads them.  An int past
-    any float is infinite, as for ``new_timeout()``: never due, or at once."""
+    any float is infinite, as for ``new_timeout()``: never due, or at once.
+    Anything else is refused with the TypeError ``new_timeout()`` gives,
+    naming the argument `name`."""
     if isinstance(delay, float):
         return delay
     if isinstance(delay, int):
@@ -66,7 +68,9 @@ def _seconds(delay: Seconds) -> float:
     elif isinstance(delay, SupportsIndex):
         seconds = operator.index(delay)
     else:
-        return delay  # not a number: refused where it is used
+        raise TypeError(
+            f"{name} must be a number of seconds or a timedelta, not {type(delay).__name__}"
+        )
     if abs(seconds) > sys.float_info.max:
         return math.inf if seconds > 0 else -math.inf
     return seconds
@@ -238,7 +242,7 @@ async def wait_for(
     """
     _check_timer(timer)
     if timeout is not None:
-        timeout = _seconds(timeout)
+        timeout = _seconds(timeout, "timeout")
         _refuse_bool(timeout)
         if timeout <= 0:
             # No time at all: the awaitable never runs, unless it is a

@@ -1336,6 +1336,31 @@ def test_helpers_take_an_int_past_any_float_as_new_timeout_does(run: Any, own_ti
     run(main)
 
 
+def test_helpers_refuse_a_delay_that_is_no_number_as_new_timeout_does(
+    run: Any, own_timer: Any
+) -> None:
+    # the TypeError names the argument, in new_timeout()'s words, rather
+    # than the comparison with 0 that a str or None fails
+    async def main() -> None:
+        for bad in ("1", None, [1], object()):
+            kind = type(bad).__name__
+            message = rf"delay must be a number of seconds or a timedelta, not {kind}$"
+            with pytest.raises(TypeError, match=message):
+                await hwtimer.sleep(bad, timer=own_timer)
+            if bad is not None:  # None is no deadline there
+                with pytest.raises(TypeError, match=message):
+                    hwtimer.timeout(bad, timer=own_timer)
+                sleeper = asyncio.sleep(0)
+                with pytest.raises(TypeError, match="^timeout" + message[len("delay") :]):
+                    await hwtimer.wait_for(sleeper, bad, timer=own_timer)
+                sleeper.close()
+        with pytest.raises(TypeError, match=r"^delay must be .* not str$"):
+            own_timer.new_timeout(print, "1")
+        assert own_timer.pending_timeouts() == 0
+
+    run(main)
+
+
 def test_sleep_zero_yields_like_asyncio(run: Any) -> None:
     async def interleaving(sleep: Any) -> list[str]:
         order: list[str] = []
