@@ -873,9 +873,11 @@ static PyObject *timer_exit(TimerObject *self, PyObject *args)
 
 static PyObject *timer_repr(TimerObject *self)
 {
-    const char *lifecycle = hwt_timer_stopped(self->core)   ? "stopped"
-                            : hwt_timer_started(self->core) ? "started"
-                                                            : "not started";
+    /* a timer started before fork() has no worker in the child */
+    const char *lifecycle = hwt_timer_stopped(self->core)    ? "stopped"
+                            : hwt_timer_orphaned(self->core) ? "started before fork()"
+                            : hwt_timer_started(self->core)  ? "started"
+                                                             : "not started";
     char *tick = PyOS_double_to_string(self->tick_duration, 'r', 0, 0, NULL);
     if (!tick)
         return NULL;

@@ -307,6 +307,8 @@ def test_forked_child_uses_timers_and_inherited_timer_is_refused() -> None:
                     check(False, f"{what} on the inherited timer was accepted")
                 except RuntimeError as e:
                     check("before fork()" in str(e), f"{what} refused with: {e}")
+            # and its repr says so, rather than that it runs
+            check(" started before fork()," in repr(parent_timer), repr(parent_timer))
             returned = parent_timer.stop()
             check(sorted(map(id, returned)) == sorted(map(id, pending)),
                   "stop() did not return the inherited pending timeouts")
