@@ -270,7 +270,8 @@ static int scope_unschedule(ScopeObject *self)
 }
 
 /* Reads a deadline or delay: a number, not a bool (which is refused as
-   by new_timeout() and sleep()), not NaN.  Returns 0 or -1. */
+   by new_timeout() and sleep()), not NaN; an int past any float is
+   infinite, as for new_timeout().  Returns 0 or -1. */
 static int check_deadline(PyObject *obj, const char *what, double *out)
 {
     if (PyBool_Check(obj)) {
@@ -278,7 +279,7 @@ static int check_deadline(PyObject *obj, const char *what, double *out)
         return -1;
     }
     double d = PyFloat_AsDouble(obj);
-    if (d == -1.0 && PyErr_Occurred())
+    if (d == -1.0 && PyErr_Occurred() && hwtimer_huge_seconds(obj, &d) < 0)
         return -1;
     if (isnan(d)) {
         PyErr_Format(PyExc_ValueError, "%s must not be NaN", what);
@@ -286,6 +287,17 @@ static int check_deadline(PyObject *obj, const char *what, double *out)
     }
     *out = d;
     return 0;
+}
+
+/* What a scope keeps as its deadline `when`, read as `w` by
+   check_deadline(): `when` itself, or the infinity an int past any float
+   reads as.  A new reference, or NULL. */
+static PyObject *deadline_kept(PyObject *when, double w)
+{
+    if (when != Py_None && isinf(w) && !PyFloat_Check(when))
+        return PyFloat_FromDouble(w);
+    Py_INCREF(when);
+    return when;
 }
 
 /* Returns 0 if `timer` is a timer or None, or -1 with TypeError. */
@@ -308,7 +320,7 @@ static int scope_init(ScopeObject *self, PyObject *args, PyObject *kwds)
         return -1;
     PyObject *when = given[0], *timer = given[1] ? given[1] : Py_None;
     hwtimer_state *st = scope_state(self);
-    double w;
+    double w = 0;
     if (when != Py_None && ((!PyFloat_Check(when) && !PyLong_Check(when)) || PyBool_Check(when))) {
         PyErr_Format(PyExc_TypeError, "when must be a float or None, not %.200s",
                      hwtimer_type_name(Py_TYPE(when)));
@@ -322,8 +334,10 @@ static int scope_init(ScopeObject *self, PyObject *args, PyObject *kwds)
         PyErr_SetString(PyExc_RuntimeError, "TimeoutScope is already initialised");
         return -1;
     }
-    Py_INCREF(when);
-    Py_XSETREF(self->when, when);
+    PyObject *kept = deadline_kept(when, w);
+    if (!kept)
+        return -1;
+    Py_XSETREF(self->when, kept);
     Py_XSETREF(self->timer, timer == Py_None ? NULL : (Py_INCREF(timer), timer));
     self->created_at = Py_NAN;
     return 0;
@@ -407,8 +421,10 @@ static PyObject *scope_reschedule(ScopeObject *self, PyObject *when)
     double w = 0;
     if (when != Py_None && check_deadline(when, "when", &w) < 0)
         return NULL;
-    Py_INCREF(when);
-    Py_XSETREF(self->when, when);
+    PyObject *kept = deadline_kept(when, w);
+    if (!kept)
+        return NULL;
+    Py_XSETREF(self->when, kept);
     /* its timer stopped under it (maybe just now, its on_stop yet to
        come): the deadline goes on on the loop's clock */
     if (self->timer && hwt_timer_stopped(((TimerObject *)self->timer)->core))

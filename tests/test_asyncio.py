@@ -1336,6 +1336,31 @@ def test_helpers_take_an_int_past_any_float_as_new_timeout_does(run: Any, own_ti
     run(main)
 
 
+def test_deadlines_take_an_int_past_any_float_as_infinite(run: Any, own_timer: Any) -> None:
+    # timeout_at(), TimeoutScope() and reschedule() read such an int as the
+    # infinity it is past, as the delays above do: never, or at once
+    async def main() -> None:
+        huge = 10**400
+        async with hwtimer.timeout_at(huge, timer=own_timer) as cm:
+            await asyncio.sleep(0.02)
+        assert not cm.expired() and cm.when() == math.inf
+        assert hwtimer.TimeoutScope(huge).when() == math.inf
+        async with hwtimer.timeout(10, timer=own_timer) as cm:
+            cm.reschedule(huge)
+            await asyncio.sleep(0.02)
+        assert not cm.expired() and cm.when() == math.inf
+        with pytest.raises(TimeoutError):
+            async with hwtimer.timeout_at(-huge, timer=own_timer) as cm:
+                await asyncio.sleep(10)
+        assert cm.when() == -math.inf
+        with pytest.raises(TimeoutError):
+            async with hwtimer.timeout(10, timer=own_timer) as cm:
+                cm.reschedule(-huge)
+                await asyncio.sleep(10)
+
+    run(main)
+
+
 def test_helpers_refuse_a_delay_that_is_no_number_as_new_timeout_does(
     run: Any, own_timer: Any
 ) -> None:
