@@ -274,8 +274,10 @@ static int scope_unschedule(ScopeObject *self)
    infinite, as for new_timeout().  Returns 0 or -1. */
 static int check_deadline(PyObject *obj, const char *what, double *out)
 {
-    if (PyBool_Check(obj)) {
-        PyErr_Format(PyExc_TypeError, "%s must be a number, not bool", what);
+    if (PyBool_Check(obj) || !(PyFloat_Check(obj) || PyLong_Check(obj) || PyIndex_Check(obj) ||
+                               HWT_HAS_FLOAT(obj))) {
+        PyErr_Format(PyExc_TypeError, "%s must be a number, not %.200s", what,
+                     hwtimer_type_name(Py_TYPE(obj)));
         return -1;
     }
     double d = PyFloat_AsDouble(obj);

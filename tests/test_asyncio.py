@@ -1379,6 +1379,13 @@ def test_helpers_refuse_a_delay_that_is_no_number_as_new_timeout_does(
                 with pytest.raises(TypeError, match="^timeout" + message[len("delay") :]):
                     await hwtimer.wait_for(sleeper, bad, timer=own_timer)
                 sleeper.close()
+        async with hwtimer.timeout(10, timer=own_timer) as cm:
+            for bad in ("1", [1]):
+                with pytest.raises(
+                    TypeError, match=rf"^when must be a number, not {type(bad).__name__}$"
+                ):
+                    cm.reschedule(bad)
+            assert cm.when() is not None and not cm.expired()
         with pytest.raises(TypeError, match=r"^delay must be .* not str$"):
             own_timer.new_timeout(print, "1")
         assert own_timer.pending_timeouts() == 0
