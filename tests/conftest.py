@@ -244,3 +244,18 @@ def run(request: pytest.FixtureRequest) -> Callable[..., Any]:
             return loop.run_until_complete(asyncio.wait_for(main(), 60))
 
     return run
+
+
+def wake_fds() -> int:
+    """The loop sinks' wake fds open in this process: eventfds, or on the
+    portable backend pipes (two descriptors each; asyncio's own loops wake
+    themselves through sockets)."""
+    posix = hwtimer._hwtimer._backend == "posix"
+    n = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        n += target.startswith("pipe:") if posix else target == "anon_inode:[eventfd]"
+    return n // 2 if posix else n

@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import os
 import threading
 import time
 import weakref
 from typing import Any, Callable
 
 import pytest
-from conftest import DEADLINE, collect_until, run_python, wait_for
+from conftest import DEADLINE, collect_until, run_python, wait_for, wake_fds
 
 import hwtimer
 
@@ -42,20 +41,6 @@ class NoReaderLoop(asyncio.SelectorEventLoop):
 
 def _posters(timer: hwtimer.HashedWheelTimer) -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name == timer.thread_name + "-post"]
-
-
-def _wake_fds() -> int:
-    """The loop sinks' wake fds open in this process: eventfds, or on the
-    portable backend pipes (two descriptors each)."""
-    posix = hwtimer._hwtimer._backend == "posix"
-    n = 0
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:
-            continue
-        n += target.startswith("pipe:") if posix else target == "anon_inode:[eventfd]"
-    return n // 2 if posix else n
 
 
 async def _until(done: Callable[[], bool]) -> None:
@@ -230,12 +215,12 @@ def test_posting_thread_that_fails_to_start_changes_nothing(
 
     monkeypatch.setattr(threading.Thread, "start", failing_start)
     gc.collect()  # the sinks of earlier tests
-    before = _wake_fds()
+    before = wake_fds()
     ran: list[int] = []
 
     def no_wake_fd_left() -> bool:
         gc.collect()
-        return _wake_fds() <= before
+        return wake_fds() <= before
 
     async def main() -> None:
         with pytest.raises(error):

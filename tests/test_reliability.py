@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from conftest import DEADLINE, LOOP_KINDS, event_loop, run_python, wait_for
+from conftest import DEADLINE, LOOP_KINDS, event_loop, run_python, wait_for, wake_fds
 from test_lifecycle import FORK_PRELUDE
 
 import hwtimer
@@ -433,21 +433,6 @@ def test_scope_entered_late_expires_at_when(kind: str, delay: float, late: float
 # ---- 11. the loop-sink registry under concurrent call_later() ----
 
 
-def _wake_fds() -> int:
-    """The loop sinks' wake fds open in this process: eventfds, or on the
-    portable backend pipes (two descriptors each; asyncio's own loops wake
-    themselves through sockets)."""
-    posix = hwtimer._hwtimer._backend == "posix"
-    n = 0
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:
-            continue
-        n += target.startswith("pipe:") if posix else target == "anon_inode:[eventfd]"
-    return n // 2 if posix else n
-
-
 class SlowClosedLoop(asyncio.SelectorEventLoop):
     """A loop whose is_closed() lets go of the GIL."""
 
@@ -464,7 +449,7 @@ def test_concurrent_new_loops_keep_one_sink_each(
         slow = closing.enter_context(event_loop(SlowClosedLoop))
         loops = [closing.enter_context(event_loop()) for _ in range(3)]
         closing.callback(timer.stop)  # first: the loops close after it
-        before = _wake_fds()
+        before = wake_fds()
         timer.call_later(100, print, loop=slow).cancel()
 
         def schedule(loop: asyncio.AbstractEventLoop) -> None:
@@ -480,7 +465,7 @@ def test_concurrent_new_loops_keep_one_sink_each(
             t.join()
         for lp in loops:  # each loop has its sink: nothing new is made
             schedule(lp)
-        assert _wake_fds() - before == 1 + len(loops)
+        assert wake_fds() - before == 1 + len(loops)
 
 
 # ---- 12. stop() can be interrupted ----
@@ -623,14 +608,14 @@ def test_timer_freed_by_the_gc_closes_its_loop_sinks() -> None:
 
     async def main() -> tuple[int, int]:
         watched = asyncio.get_running_loop()._selector.get_map()  # type: ignore[attr-defined]
-        fds, readers = _wake_fds(), len(watched)
+        fds, readers = wake_fds(), len(watched)
         for _ in range(20):
             await one_timer()
         for _ in range(int(DEADLINE / 0.01)):  # the last sinks' readers go
             if len(watched) == readers:
                 break
             await asyncio.sleep(0.01)
-        return _wake_fds() - fds, len(watched) - readers
+        return wake_fds() - fds, len(watched) - readers
 
     with event_loop() as loop:
         # other tests' sinks may close meanwhile: fewer fds, never more
