@@ -129,6 +129,9 @@ typedef struct TimeoutObject TimeoutObject;
     X(PyObject, get_running_loop)     /* imported on first call_later */                           \
     X(PyObject, run_task)             /* _run_task, submitted to executors */                      \
     X(PyObject, threads_exiting_hook) /* _threads_exiting */                                       \
+    /* set of new_timeout() Timeouts submitted to an executor whose run                            \
+       nobody has taken yet (runner.c) */                                                          \
+    X(PyObject, submitted)                                                                         \
     /* shared constants */                                                                         \
     X(PyObject, done_none) /* a _Done of None */                                                   \
     X(PyObject, empty_tuple)                                                                       \

@@ -68,40 +68,62 @@ static void hand_back(TimerObject *timer, TimeoutObject *to)
     Py_DECREF(periodic);
 }
 
-/* Marks a periodic timeout as submitted, its run not yet begun, or not
-   (on/off); a one-shot needs no mark.  On, it is handed out until its
-   run ends; off here (a refused submit), it runs on this thread, which
-   stop() waits for. */
-static void mark_submitted(TimerObject *timer, TimeoutObject *to, bool on)
+/* Marks a timeout about to be submitted to the executor: its run not yet
+   begun, which one caller takes (take_submitted).  A periodic one has its
+   `submitted` mark, and is handed out until its run ends; a one-shot,
+   whose 80 bytes have no room for a mark, joins the module's `submitted`
+   set, which holds a reference to it.  Returns 0, or -1 with an
+   exception set (the one-shot is not marked). */
+static int mark_submitted(TimerObject *timer, TimeoutObject *to)
 {
     PeriodicTimeoutObject *periodic = as_periodic(timer, to);
-    if (!periodic)
-        return;
-    periodic->submitted = on;
-    if (on)
+    if (periodic) {
+        periodic->submitted = true;
         hand_out(timer, periodic);
-    else
-        hand_back(timer, to);
+        return 0;
+    }
+    PyObject *set = timer->module_state->submitted;
+    if (!set) {
+        PyErr_SetString(PyExc_RuntimeError, "hwtimer._hwtimer is being torn down");
+        return -1;
+    }
+    return PySet_Add(set, (PyObject *)to);
+}
+
+/* Takes the run of a timeout that mark_submitted() marked: 1 for the
+   first caller, which runs it (or, the done-callback, ends it unrun), 0
+   for any other (nobody marked it, or someone took it: the executor ran
+   it, or runs it), -1 with an exception set.  A periodic one stays handed
+   out: its caller hands it back. */
+static int take_submitted(TimerObject *timer, TimeoutObject *to)
+{
+    PeriodicTimeoutObject *periodic = as_periodic(timer, to);
+    if (periodic) {
+        bool marked = periodic->submitted;
+        periodic->submitted = false;
+        return marked;
+    }
+    PyObject *set = timer->module_state->submitted;
+    if (!set || Py_TYPE(to) != timer->module_state->timeout_type)
+        return 0;
+    return PySet_Discard(set, (PyObject *)to); /* drops the set's reference, not the last */
 }
 
 int hwtimer_run_submitted(TimerObject *timer, TimeoutObject *to)
 {
     hwtimer_batch batch = HWTIMER_BATCH_INIT;
-    PeriodicTimeoutObject *periodic = as_periodic(timer, to);
-    /* Only what the dispatch thread submitted: a periodic timeout run
-       twice, or one still on the wheel, would be pushed onto the wheel
-       again while it is there. */
-    bool submitted = periodic ? periodic->submitted
-                              : Py_TYPE(to) == timer->module_state->timeout_type &&
-                                    atomic_load(&to->node.state) == HWT_EXPIRED;
-    if (!submitted) {
-        PyErr_SetString(PyExc_RuntimeError,
-                        "_run_task() runs a timeout that its timer submitted to its executor, "
-                        "once");
+    /* Only what the dispatch thread submitted, once: a periodic timeout
+       run twice, or one still on the wheel, would be pushed onto the
+       wheel again while it is there. */
+    int took = take_submitted(timer, to);
+    if (took <= 0) {
+        if (took == 0)
+            PyErr_SetString(PyExc_RuntimeError,
+                            "_run_task() runs a timeout that its timer submitted to its executor, "
+                            "once");
         return -1;
     }
-    if (periodic)
-        periodic->submitted = false; /* handed out still, until its run ends */
+    /* a periodic one is handed out still, until its run ends */
     hwtimer_run_timeout(timer, to, &batch);
     hand_back(timer, to);
     return 0;
@@ -128,9 +150,11 @@ static PyObject *submitted_done(PyObject *timeout, PyObject *future)
     TimerObject *timer = TIMER_OF(to);
     timer->task_errors++;
     hwtimer_log_task_error(timer->module_state, timeout);
-    PeriodicTimeoutObject *periodic = as_periodic(timer, to);
-    if (periodic && periodic->submitted) {
-        periodic->submitted = false;
+    /* its run, not taken, will not come: a one-shot leaves the set */
+    int took = take_submitted(timer, to);
+    if (took < 0)
+        return NULL;
+    if (took && as_periodic(timer, to)) {
         hand_back(timer, to);
         hwt_timeout_finish(&to->node, HWT_EXPIRED); /* or cancelled meanwhile */
     }
@@ -357,9 +381,10 @@ void hwtimer_dispatch_timeout(TimerObject *timer, TimeoutObject *to, hwtimer_bat
     }
     /* it runs elsewhere: the next task here starts at a time not read */
     batch->now = HWTIMER_UNREAD;
-    mark_submitted(timer, to, true);
-    PyObject *r = PyObject_CallMethod(timer->executor, "submit", "OO",
-                                      timer->module_state->run_task, (PyObject *)to);
+    bool marked = mark_submitted(timer, to) == 0;
+    PyObject *r = marked ? PyObject_CallMethod(timer->executor, "submit", "OO",
+                                               timer->module_state->run_task, (PyObject *)to)
+                         : NULL;
     if (r) {
         watch_future(to, r);
         Py_DECREF(r);
@@ -374,13 +399,18 @@ void hwtimer_dispatch_timeout(TimerObject *timer, TimeoutObject *to, hwtimer_bat
         timer->task_errors++;
         hwtimer_log_task_error(timer->module_state, (PyObject *)to);
     }
-    /* A periodic one that _run_task() took (the executor ran it, or runs
-       it, before it raised) is not run again: its run re-arms it, and it
+    /* One that _run_task() took (the executor ran it, or runs it, before
+       it raised) is not run again: a periodic one's run re-arms it, and it
        may be on the wheel already. */
-    PeriodicTimeoutObject *periodic = as_periodic(timer, to);
-    if (periodic && !periodic->submitted)
-        return;
-    mark_submitted(timer, to, false);
+    if (marked) {
+        int took = take_submitted(timer, to);
+        if (took <= 0) {
+            if (took < 0)
+                PyErr_WriteUnraisable((PyObject *)to);
+            return;
+        }
+        hand_back(timer, to); /* it runs here, which stop() waits for */
+    }
     hwtimer_run_timeout(timer, to, batch);
 }
 

@@ -21,11 +21,20 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from conftest import DEADLINE, LOOP_KINDS, event_loop, run_python, wait_for, wake_fds
+from conftest import (
+    DEADLINE,
+    LOOP_KINDS,
+    collect_until,
+    event_loop,
+    run_python,
+    wait_for,
+    wake_fds,
+)
 from test_lifecycle import FORK_PRELUDE
 
 import hwtimer
@@ -282,6 +291,43 @@ def test_executor_failure_after_submit_is_logged_and_counted(
     assert record.name == "hwtimer" and record.exc_info is not None
     assert isinstance(record.exc_info[1], TypeError)
     assert timer.stats()["expired"] == 1
+
+
+def test_one_shot_whose_submission_fails_is_released(
+    make_timer: Callable[..., hwtimer.HashedWheelTimer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The executor never ran it and never will: nothing keeps the Timeout
+    # (or its task), and a late run of it is refused.
+    monkeypatch.setattr(logging.getLogger("hwtimer"), "disabled", True)  # no record keeps it
+
+    class Task:
+        def __call__(self, timeout: hwtimer.Timeout) -> None:
+            ran.append(timeout)
+
+    ran: list[hwtimer.Timeout] = []
+    futures: list[concurrent.futures.Future[Any]] = []
+    calls: list[tuple[Any, ...]] = []
+
+    class HeldExecutor:
+        def submit(self, fn: Any, *args: Any) -> concurrent.futures.Future[Any]:
+            calls.append((fn, *args))
+            futures.append(concurrent.futures.Future())
+            return futures[-1]
+
+    timer = make_timer(executor=HeldExecutor())
+    task = Task()
+    task_ref = weakref.ref(task)
+    timer.new_timeout(task, 0)
+    del task
+    assert wait_for(lambda: futures)
+    futures.pop().set_exception(TypeError("cannot pickle 'Timeout'"))
+    assert timer.stats()["task_errors"] == 1
+    fn, timeout = calls.pop()
+    with pytest.raises(RuntimeError, match="once"):
+        fn(timeout)
+    assert ran == []
+    del fn, timeout
+    assert collect_until(task_ref)
 
 
 def test_periodic_whose_submission_fails_ends_as_if_it_raised(

@@ -828,6 +828,53 @@ def test_executor_submit_that_runs_the_task_then_raises_runs_it_once() -> None:
     assert proc.stdout.strip() == "ok"
 
 
+def test_executor_submit_that_runs_a_one_shot_then_raises_runs_it_once(make_timer, caplog) -> None:
+    # The same for a new_timeout() task: the executor ran it, so the
+    # refusal is logged and counted, and the dispatch thread does not run
+    # it again.
+    class RunThenRaise:
+        def submit(self, fn, *args):
+            fn(*args)
+            raise RuntimeError("refused after running")
+
+    caplog.set_level(logging.WARNING, logger="hwtimer")
+    timer = make_timer(executor=RunThenRaise())
+    task = Counter()
+    timeout = timer.new_timeout(task, 0)
+    assert wait_for(lambda: timer.stats()["task_errors"] == 1)
+    time.sleep(0.05)
+    assert task.calls == [timeout]
+    records = [r for r in caplog.records if r.name == "hwtimer"]
+    assert len(records) == 1
+    assert records[0].exc_info and isinstance(records[0].exc_info[1], RuntimeError)
+    assert "refused after running" in caplog.text
+    assert timer.stats()["task_errors"] == 1
+
+
+def test_executor_calling_a_one_shot_twice_runs_it_once(make_timer) -> None:
+    second: list[BaseException | None] = []
+
+    class Twice:
+        def submit(self, fn, *args):
+            fn(*args)
+            try:
+                fn(*args)
+            except BaseException as e:  # noqa: BLE001
+                second.append(e)
+            else:
+                second.append(None)
+
+    timer = make_timer(executor=Twice())
+    task = Counter()
+    timeout = timer.new_timeout(task, 0)
+    assert wait_for(lambda: second)
+    time.sleep(0.05)
+    assert task.calls == [timeout]
+    assert isinstance(second[0], RuntimeError), second
+    assert "once" in str(second[0])
+    assert timer.stats()["task_errors"] == 0
+
+
 def test_executor_shut_down_pool(make_timer, caplog) -> None:
     caplog.set_level(logging.WARNING, logger="hwtimer")
     pool = concurrent.futures.ThreadPoolExecutor(1)
