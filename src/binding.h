@@ -129,9 +129,6 @@ typedef struct TimeoutObject TimeoutObject;
     X(PyObject, get_running_loop)     /* imported on first call_later */                           \
     X(PyObject, run_task)             /* _run_task, submitted to executors */                      \
     X(PyObject, threads_exiting_hook) /* _threads_exiting */                                       \
-    /* set of new_timeout() Timeouts submitted to an executor whose run                            \
-       nobody has taken yet (runner.c) */                                                          \
-    X(PyObject, submitted)                                                                         \
     /* shared constants */                                                                         \
     X(PyObject, done_none) /* a _Done of None */                                                   \
     X(PyObject, empty_tuple)                                                                       \
@@ -194,6 +191,10 @@ struct TimerObject {
        swept the wheel, and what a stop() that a signal interrupted would
        have returned, for stop() to return */
     PyObject *stopped_periodic;
+    /* owned set, or NULL: new_timeout() Timeouts submitted to the executor
+       whose run nobody has taken yet (runner.c); the timer's, so that the
+       cyclic GC frees what an executor dropped with the timer */
+    PyObject *submitted;
     /* owned, chained through handed_next: new_periodic() timeouts handed
        to the executor, from their submit() to the end of their run, which
        stop() cannot wait for */

@@ -207,9 +207,8 @@ static int module_exec(PyObject *module)
     st->timedelta_type = hwtimer_import_attr("datetime", "timedelta");
     st->run_task = PyObject_GetAttrString(module, "_run_task");
     st->threads_exiting_hook = PyObject_GetAttrString(module, "_threads_exiting");
-    st->submitted = PySet_New(NULL);
     if (!st->logger || !st->thread_type || !st->timedelta_type || !st->run_task ||
-        !st->threads_exiting_hook || !st->submitted)
+        !st->threads_exiting_hook)
         return -1;
     PyObject *reg = hwtimer_import_attr("atexit", "register");
     if (!reg)
@@ -243,8 +242,6 @@ static int module_traverse(PyObject *module, visitproc visit, void *arg)
 static int module_clear(PyObject *module)
 {
     hwtimer_state *st = state_of_module(module);
-    /* first: the Timeouts it frees may join the free list, emptied next */
-    Py_CLEAR(st->submitted);
     while (st->free_timeouts) {
         TimeoutObject *to = st->free_timeouts;
         st->free_timeouts = (TimeoutObject *)to->task;

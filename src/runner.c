@@ -71,7 +71,7 @@ static void hand_back(TimerObject *timer, TimeoutObject *to)
 /* Marks a timeout about to be submitted to the executor: its run not yet
    begun, which one caller takes (take_submitted).  A periodic one has its
    `submitted` mark, and is handed out until its run ends; a one-shot,
-   whose 80 bytes have no room for a mark, joins the module's `submitted`
+   whose 80 bytes have no room for a mark, joins its timer's `submitted`
    set, which holds a reference to it.  Returns 0, or -1 with an
    exception set (the one-shot is not marked). */
 static int mark_submitted(TimerObject *timer, TimeoutObject *to)
@@ -82,12 +82,9 @@ static int mark_submitted(TimerObject *timer, TimeoutObject *to)
         hand_out(timer, periodic);
         return 0;
     }
-    PyObject *set = timer->module_state->submitted;
-    if (!set) {
-        PyErr_SetString(PyExc_RuntimeError, "hwtimer._hwtimer is being torn down");
+    if (!timer->submitted && !(timer->submitted = PySet_New(NULL)))
         return -1;
-    }
-    return PySet_Add(set, (PyObject *)to);
+    return PySet_Add(timer->submitted, (PyObject *)to);
 }
 
 /* Takes the run of a timeout that mark_submitted() marked: 1 for the
@@ -103,10 +100,10 @@ static int take_submitted(TimerObject *timer, TimeoutObject *to)
         periodic->submitted = false;
         return marked;
     }
-    PyObject *set = timer->module_state->submitted;
-    if (!set || Py_TYPE(to) != timer->module_state->timeout_type)
+    if (!timer->submitted || Py_TYPE(to) != timer->module_state->timeout_type)
         return 0;
-    return PySet_Discard(set, (PyObject *)to); /* drops the set's reference, not the last */
+    /* drops the set's reference, not the last */
+    return PySet_Discard(timer->submitted, (PyObject *)to);
 }
 
 int hwtimer_run_submitted(TimerObject *timer, TimeoutObject *to)

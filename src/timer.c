@@ -922,6 +922,7 @@ static int timer_traverse(TimerObject *self, visitproc visit, void *arg)
     Py_VISIT(self->executor);
     Py_VISIT(self->loop_sinks);
     Py_VISIT(self->stopped_periodic);
+    Py_VISIT(self->submitted);
     return hwtimer_handed_out_traverse(self, visit, arg);
 }
 
@@ -947,6 +948,7 @@ static int timer_clear(TimerObject *self)
     Py_CLEAR(self->executor);
     close_loop_sinks(self);
     Py_CLEAR(self->stopped_periodic);
+    Py_CLEAR(self->submitted);
     hwtimer_handed_out_clear(self);
     return 0;
 }

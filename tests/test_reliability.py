@@ -330,6 +330,33 @@ def test_one_shot_whose_submission_fails_is_released(
     assert collect_until(task_ref)
 
 
+def test_one_shot_an_executor_drops_goes_with_its_timer() -> None:
+    # An executor that takes the callable, drops it and returns a future
+    # that never completes: the timeout's run is never taken, and it waits
+    # for one in its timer, not in the module, so that the timer, the
+    # timeout and its task go when the user lets the timer go.
+    class Task:
+        def __call__(self, timeout: hwtimer.Timeout) -> None:
+            pass
+
+    futures: list[concurrent.futures.Future[Any]] = []
+
+    class DroppingExecutor:
+        def submit(self, fn: Any, *args: Any) -> concurrent.futures.Future[Any]:
+            futures.append(concurrent.futures.Future())
+            return futures[-1]
+
+    timer = hwtimer.HashedWheelTimer(0.01, executor=DroppingExecutor())
+    task = Task()
+    refs = [weakref.ref(task), weakref.ref(timer)]
+    timer.new_timeout(task, 0)
+    assert wait_for(lambda: futures)
+    assert timer.stop() == []
+    del task, timer
+    futures.clear()
+    assert all(collect_until(ref) for ref in refs)
+
+
 def test_periodic_whose_submission_fails_ends_as_if_it_raised(
     make_timer: Callable[..., hwtimer.HashedWheelTimer], caplog: pytest.LogCaptureFixture
 ) -> None:
