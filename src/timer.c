@@ -309,11 +309,13 @@ PyObject *hwtimer_timer_stop(TimerObject *self)
     if (!self->dispatcher) { /* never started, or its start() failed */
         hwt_timeout *left = hwt_timer_stop(self->core);
         /* expired before a start() that failed took the worker down: run
-           here, as no dispatch thread will */
+           here, as no dispatch thread will; a periodic one's re-arm finds
+           the timer stopped and keeps it for stop_list(), or it is handed
+           to the executor, where stop_list() finds it */
         hwt_sink *default_sink = hwt_timer_default_sink(self->core);
         hwtimer_run_batch(default_sink, hwt_sink_take(default_sink), false);
         hwtimer_release_chain(hwt_timer_take_released(self->core));
-        return left ? stop_list(self, left) : PyList_New(0);
+        return stop_list(self, left);
     }
     DispatchObject *d = (DispatchObject *)self->dispatcher;
     /* A dispatch thread that waits for another one must not be waited for

@@ -216,6 +216,40 @@ def test_stop_after_a_start_that_failed_returns_what_was_scheduled(make_timer, m
     assert collect_until(ref)
 
 
+def test_stop_after_a_start_that_failed_returns_a_periodic_that_fell_due(
+    make_timer, monkeypatch
+) -> None:
+    """A periodic timeout due before the failed start took the worker down
+    waits, expired and unrun, for a dispatch thread: stop() runs it, and
+    returns it among the pending ones, as stop() of a started timer does."""
+    timer = make_timer(0.001)
+    real_start = threading.Thread.start
+    scheduled: list = []
+
+    def refuse(thread: threading.Thread) -> None:
+        if not thread.name.endswith("-dispatch"):
+            real_start(thread)
+            return
+        task = Task()
+        periodic = timer.new_periodic(task, 3600, delay=0)
+        scheduled.append((periodic, task))
+        # the worker expires it, for the dispatch thread to run
+        assert wait_for(lambda: timer.stats()["ticks"] >= 1)
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(threading.Thread, "start", refuse)
+    with pytest.raises(RuntimeError, match="can't start new thread"):
+        timer.start()
+    monkeypatch.undo()
+    ((periodic, task),) = scheduled
+    assert not task.ran.is_set()
+    returned = timer.stop()
+    assert task.ran.is_set()  # due before the stop: it ran there
+    assert returned == [periodic]
+    assert periodic.is_cancelled()
+    assert timer.stop() == []
+
+
 def test_exit_with_50k_pending_timeouts_ten_times() -> None:
     for i in range(10):
         variant = EXIT_VARIANTS[i % len(EXIT_VARIANTS)]
