@@ -244,11 +244,13 @@ int hwtimer_timer_start(TimerObject *self)
     if (!r) {
         PyObject *type, *value, *tb;
         PyErr_Fetch(&type, &value, &tb);
-        if (!self->running) {
-            /* a stop() meanwhile: it waits for this dispatch thread */
-            hwtimer_release_chain(hwt_sink_take(hwt_timer_default_sink(self->core)));
+        if (!self->running && !d->thread_id) {
+            /* a stop() meanwhile, which waits for this dispatch thread:
+               it runs what had expired in the thread's place (a thread
+               that may yet exist returns at once) */
+            d->abandoned = true;
             hwtimer_dispatch_mark_done(d);
-        } else if (!d->thread_id) {
+        } else if (self->running && !d->thread_id) {
             /* no dispatch thread (or one that has not run yet, if
                Thread.start() was interrupted as it waited: it will return
                at once): back to not started, so that start() can be called
@@ -260,7 +262,8 @@ int hwtimer_timer_start(TimerObject *self)
             running_remove(self);
             hwt_timer_unstart(self->core);
             Py_CLEAR(self->dispatcher);
-        } /* else its thread runs: started, and interrupted only after */
+        } /* else its thread runs (started, and interrupted only after): it
+             runs what expired, and lets a stop() go */
         hwtimer_release_chain(hwt_timer_take_released(self->core));
         PyErr_Restore(type, value, tb);
         return -1;
@@ -292,8 +295,11 @@ static PyObject *stop_and_wait(TimerObject *self, DispatchObject *d)
             keep_left(self);
         return NULL;
     }
+    hwt_sink *default_sink = hwt_timer_default_sink(self->core);
     if (d->pid != getpid()) /* a fork child: no dispatch thread came along to run these */
-        hwtimer_release_chain(hwt_sink_take(hwt_timer_default_sink(self->core)));
+        hwtimer_release_chain(hwt_sink_take(default_sink));
+    else if (d->abandoned) /* its start() failed: they run here, as no dispatch thread will */
+        hwtimer_run_batch(default_sink, hwt_sink_take(default_sink), false);
     hwtimer_release_chain(hwt_timer_take_released(self->core));
     if (self->stop_waiter == getpid())
         return PyList_New(0); /* the call that stopped it returns them */

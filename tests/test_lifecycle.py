@@ -250,6 +250,49 @@ def test_stop_after_a_start_that_failed_returns_a_periodic_that_fell_due(
     assert timer.stop() == []
 
 
+def test_stop_while_a_start_fails_runs_what_had_expired(make_timer, monkeypatch) -> None:
+    """A stop() from another thread while start() waits for its dispatch
+    thread, which then fails to start: what the worker had expired still
+    runs before stop() returns (exactly once across stop()), and a periodic
+    timeout among it is returned with the pending ones."""
+    timer = make_timer(0.001)
+    real_start = threading.Thread.start
+    scheduled: list = []
+    stopper: list = []
+
+    def stop() -> None:
+        stopper.append(timer.stop())
+
+    def refuse(thread: threading.Thread) -> None:
+        if not thread.name.endswith("-dispatch"):
+            real_start(thread)
+            return
+        once, every = Task(), Task()
+        scheduled.append((timer.new_timeout(once, 0), once))
+        scheduled.append((timer.new_periodic(every, 3600, delay=0), every))
+        assert wait_for(lambda: timer.stats()["ticks"] >= 1)  # both expired
+        stopping = threading.Thread(target=stop)
+        stopping.start()
+        stopper.append(stopping)
+        assert wait_for(lambda: "stopped" in repr(timer))  # it waits for this start
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(threading.Thread, "start", refuse)
+    with pytest.raises(RuntimeError, match="can't start new thread"):
+        timer.start()
+    monkeypatch.undo()
+    stopping = stopper.pop(0)
+    stopping.join(DEADLINE)
+    assert not stopping.is_alive()
+    ((once, once_task), (periodic, every_task)) = scheduled
+    assert once_task.ran.is_set()
+    assert once.is_expired()
+    assert every_task.ran.is_set()
+    assert stopper == [[periodic]]
+    assert periodic.is_cancelled()
+    assert timer.stop() == []
+
+
 def test_exit_with_50k_pending_timeouts_ten_times() -> None:
     for i in range(10):
         variant = EXIT_VARIANTS[i % len(EXIT_VARIANTS)]
