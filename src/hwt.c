@@ -1474,7 +1474,8 @@ int hwt_timer_soonest(hwt_timer *t, size_t limit, hwt_visit_fn fn, void *ctx, si
     soon_heap h = {.limit = limit};
     *found = 0;
     pthread_mutex_lock(&t->lock);
-    if (t->state == T_STARTED)
+    /* unstarted, what was queued before the worker went stays queued */
+    if (t->state == T_STARTED || (t->state == T_NEW && t->unstarted))
         transfer_for_walk(t);
     hwt_wheel_visit(&t->wheel, soon_visit, &h);
     soon_offer_reset(t, &h);

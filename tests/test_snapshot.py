@@ -256,3 +256,27 @@ def test_on_a_manual_timer() -> None:
     finally:
         assert timer.stop() != []
     assert timer.pending_snapshot() == []
+
+
+def test_after_a_start_that_failed_lists_what_was_scheduled(make_timer, monkeypatch) -> None:
+    """A start() whose dispatch thread cannot start keeps what other users
+    scheduled meanwhile, pending: the snapshot lists it, whether or not the
+    worker took it from the producers' queue before it went down."""
+    timer = make_timer(0.01)
+    real_start = threading.Thread.start
+    scheduled: list = []
+
+    def refuse(thread: threading.Thread) -> None:
+        if not thread.name.endswith("-dispatch"):
+            real_start(thread)
+            return
+        scheduled.append(timer.new_timeout(noop, 3600.0))
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(threading.Thread, "start", refuse)
+    with pytest.raises(RuntimeError, match="can't start new thread"):
+        timer.start()
+    monkeypatch.undo()
+    assert timer.pending_timeouts() == 1
+    assert timer.pending_snapshot() == scheduled
+    assert timer.stop() == scheduled
