@@ -247,8 +247,13 @@ int hwtimer_timer_start(TimerObject *self)
         if (!self->running && !d->thread_id) {
             /* a stop() meanwhile, which waits for this dispatch thread:
                it runs what had expired in the thread's place (a thread
-               that may yet exist returns at once) */
+               that may yet exist returns at once); or, if a signal ended
+               its wait, this call does, as the thread would have */
             d->abandoned = true;
+            if (!self->stop_waiter) {
+                hwt_sink *default_sink = hwt_timer_default_sink(self->core);
+                hwtimer_run_batch(default_sink, hwt_sink_take(default_sink), false);
+            }
             hwtimer_dispatch_mark_done(d);
         } else if (self->running && !d->thread_id) {
             /* no dispatch thread (or one that has not run yet, if

@@ -293,6 +293,62 @@ def test_stop_while_a_start_fails_runs_what_had_expired(make_timer, monkeypatch)
     assert timer.stop() == []
 
 
+@pytest.mark.skipif(not hasattr(signal, "SIGALRM"), reason="needs SIGALRM")
+def test_interrupted_stop_while_a_start_fails_still_runs_what_had_expired(
+    monkeypatch,
+) -> None:
+    """As above, with the stop() interrupted (Ctrl-C) before the start
+    fails: what had expired runs as the dispatch thread would have run it,
+    without waiting for a next stop() that may never come (it would hold
+    the timer for good)."""
+    timer = HashedWheelTimer(0.001)
+    real_start = threading.Thread.start
+    scheduled: list = []
+    stop_now, interrupted = threading.Event(), threading.Event()
+    errors: list = []
+
+    def refuse(thread: threading.Thread) -> None:
+        if not thread.name.endswith("-dispatch"):
+            real_start(thread)
+            return
+        task = Task()
+        scheduled.append((timer.new_timeout(task, 0), task))
+        assert wait_for(lambda: timer.stats()["ticks"] >= 1)  # expired
+        stop_now.set()
+        assert wait_for(lambda: "stopped" in repr(timer))  # it waits for this start
+        os.kill(os.getpid(), signal.SIGALRM)
+        assert interrupted.wait(DEADLINE)
+        raise RuntimeError("can't start new thread")
+
+    def start() -> None:
+        try:
+            timer.start()
+        except RuntimeError as e:
+            errors.append(e)
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(threading.Thread, "start", refuse)
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        starting = threading.Thread(target=start)
+        real_start(starting)
+        assert stop_now.wait(DEADLINE)
+        with pytest.raises(KeyboardInterrupt):
+            timer.stop()
+    finally:
+        signal.signal(signal.SIGALRM, previous)
+    interrupted.set()
+    starting.join(DEADLINE)
+    monkeypatch.undo()
+    assert [str(e) for e in errors] == ["can't start new thread"]
+    ((timeout, task),) = scheduled
+    assert task.ran.is_set()
+    assert timeout.is_expired()
+    assert timer.stop() == []
+
+
 def test_exit_with_50k_pending_timeouts_ten_times() -> None:
     for i in range(10):
         variant = EXIT_VARIANTS[i % len(EXIT_VARIANTS)]
