@@ -259,3 +259,19 @@ def wake_fds() -> int:
             continue
         n += target.startswith("pipe:") if posix else target == "anon_inode:[eventfd]"
     return n // 2 if posix else n
+
+
+def refuse_dispatch_thread(monkeypatch: pytest.MonkeyPatch, meanwhile: Callable[[], None]) -> None:
+    """Has a timer's dispatch thread fail to start as ``Thread.start()`` does
+    when no thread can be made, once `meanwhile()` has run in its place (the
+    timer's worker runs by then); other threads start as usual."""
+    real_start = threading.Thread.start
+
+    def refuse(thread: threading.Thread) -> None:
+        if not thread.name.endswith("-dispatch"):
+            real_start(thread)
+            return
+        meanwhile()
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(threading.Thread, "start", refuse)

@@ -13,7 +13,14 @@ import threading
 import weakref
 
 import pytest
-from conftest import DEADLINE, collect_until, native_thread_names, run_python, wait_for
+from conftest import (
+    DEADLINE,
+    collect_until,
+    native_thread_names,
+    refuse_dispatch_thread,
+    run_python,
+    wait_for,
+)
 
 from hwtimer import HashedWheelTimer, Timeout
 
@@ -114,20 +121,14 @@ def test_start_without_room_for_a_thread_raises_oserror_with_its_errno() -> None
 
 
 def _refuse_dispatch_thread(monkeypatch, timer, scheduled: list) -> None:
-    """Has the dispatch thread's start fail as Thread.start does when no
-    thread can be made, after another user of `timer` scheduled on it (its
-    worker runs by then)."""
-    real_start = threading.Thread.start
+    """Has the dispatch thread's start fail, after another user of `timer`
+    scheduled on it."""
 
-    def refuse(thread: threading.Thread) -> None:
-        if not thread.name.endswith("-dispatch"):
-            real_start(thread)
-            return
+    def schedule() -> None:
         task = Task()
         scheduled.append((timer.new_timeout(task, 0.01), task))
-        raise RuntimeError("can't start new thread")
 
-    monkeypatch.setattr(threading.Thread, "start", refuse)
+    refuse_dispatch_thread(monkeypatch, schedule)
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="reads /proc/self/task")
@@ -223,21 +224,16 @@ def test_stop_after_a_start_that_failed_returns_a_periodic_that_fell_due(
     waits, expired and unrun, for a dispatch thread: stop() runs it, and
     returns it among the pending ones, as stop() of a started timer does."""
     timer = make_timer(0.001)
-    real_start = threading.Thread.start
     scheduled: list = []
 
-    def refuse(thread: threading.Thread) -> None:
-        if not thread.name.endswith("-dispatch"):
-            real_start(thread)
-            return
+    def schedule() -> None:
         task = Task()
         periodic = timer.new_periodic(task, 3600, delay=0)
         scheduled.append((periodic, task))
         # the worker expires it, for the dispatch thread to run
         assert wait_for(lambda: timer.stats()["ticks"] >= 1)
-        raise RuntimeError("can't start new thread")
 
-    monkeypatch.setattr(threading.Thread, "start", refuse)
+    refuse_dispatch_thread(monkeypatch, schedule)
     with pytest.raises(RuntimeError, match="can't start new thread"):
         timer.start()
     monkeypatch.undo()
@@ -256,17 +252,13 @@ def test_stop_while_a_start_fails_runs_what_had_expired(make_timer, monkeypatch)
     runs before stop() returns (exactly once across stop()), and a periodic
     timeout among it is returned with the pending ones."""
     timer = make_timer(0.001)
-    real_start = threading.Thread.start
     scheduled: list = []
     stopper: list = []
 
     def stop() -> None:
         stopper.append(timer.stop())
 
-    def refuse(thread: threading.Thread) -> None:
-        if not thread.name.endswith("-dispatch"):
-            real_start(thread)
-            return
+    def schedule_and_stop() -> None:
         once, every = Task(), Task()
         scheduled.append((timer.new_timeout(once, 0), once))
         scheduled.append((timer.new_periodic(every, 3600, delay=0), every))
@@ -275,9 +267,8 @@ def test_stop_while_a_start_fails_runs_what_had_expired(make_timer, monkeypatch)
         stopping.start()
         stopper.append(stopping)
         assert wait_for(lambda: "stopped" in repr(timer))  # it waits for this start
-        raise RuntimeError("can't start new thread")
 
-    monkeypatch.setattr(threading.Thread, "start", refuse)
+    refuse_dispatch_thread(monkeypatch, schedule_and_stop)
     with pytest.raises(RuntimeError, match="can't start new thread"):
         timer.start()
     monkeypatch.undo()
@@ -302,15 +293,11 @@ def test_interrupted_stop_while_a_start_fails_still_runs_what_had_expired(
     without waiting for a next stop() that may never come (it would hold
     the timer for good)."""
     timer = HashedWheelTimer(0.001)
-    real_start = threading.Thread.start
     scheduled: list = []
     stop_now, interrupted = threading.Event(), threading.Event()
     errors: list = []
 
-    def refuse(thread: threading.Thread) -> None:
-        if not thread.name.endswith("-dispatch"):
-            real_start(thread)
-            return
+    def schedule_stop_and_interrupt() -> None:
         task = Task()
         scheduled.append((timer.new_timeout(task, 0), task))
         assert wait_for(lambda: timer.stats()["ticks"] >= 1)  # expired
@@ -318,7 +305,6 @@ def test_interrupted_stop_while_a_start_fails_still_runs_what_had_expired(
         assert wait_for(lambda: "stopped" in repr(timer))  # it waits for this start
         os.kill(os.getpid(), signal.SIGALRM)
         assert interrupted.wait(DEADLINE)
-        raise RuntimeError("can't start new thread")
 
     def start() -> None:
         try:
@@ -329,11 +315,11 @@ def test_interrupted_stop_while_a_start_fails_still_runs_what_had_expired(
     def interrupt(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(threading.Thread, "start", refuse)
+    refuse_dispatch_thread(monkeypatch, schedule_stop_and_interrupt)
     previous = signal.signal(signal.SIGALRM, interrupt)
     try:
         starting = threading.Thread(target=start)
-        real_start(starting)
+        starting.start()
         assert stop_now.wait(DEADLINE)
         with pytest.raises(KeyboardInterrupt):
             timer.stop()

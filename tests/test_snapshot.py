@@ -12,7 +12,7 @@ import time
 import weakref
 
 import pytest
-from conftest import DEADLINE, wait_for
+from conftest import DEADLINE, refuse_dispatch_thread, wait_for
 
 import hwtimer
 
@@ -263,17 +263,8 @@ def test_after_a_start_that_failed_lists_what_was_scheduled(make_timer, monkeypa
     scheduled meanwhile, pending: the snapshot lists it, whether or not the
     worker took it from the producers' queue before it went down."""
     timer = make_timer(0.01)
-    real_start = threading.Thread.start
     scheduled: list = []
-
-    def refuse(thread: threading.Thread) -> None:
-        if not thread.name.endswith("-dispatch"):
-            real_start(thread)
-            return
-        scheduled.append(timer.new_timeout(noop, 3600.0))
-        raise RuntimeError("can't start new thread")
-
-    monkeypatch.setattr(threading.Thread, "start", refuse)
+    refuse_dispatch_thread(monkeypatch, lambda: scheduled.append(timer.new_timeout(noop, 3600.0)))
     with pytest.raises(RuntimeError, match="can't start new thread"):
         timer.start()
     monkeypatch.undo()
