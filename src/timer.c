@@ -1003,8 +1003,15 @@ static void timer_dealloc(TimerObject *self)
        the place of timer_finalize() (it need not call the base's).  It
        stops here, as the finalizer would have: nothing may reach the
        object now, so the warning has no source, and no weak reference
-       gives it out while stop() waits with the GIL released. */
+       gives it out while stop() waits with the GIL released.  Yet the
+       atexit hook (stop_all()) finds it in running_timers until the stop
+       takes it out, and the warning runs Python code before that: the
+       object holds a reference of its own meanwhile, as a finalizer
+       called from a dealloc does, so that the hook's reference, taken and
+       dropped, does not deallocate it a second time. */
+    Py_SET_REFCNT(self, 1);
     stop_unstopped(self, NULL);
+    Py_SET_REFCNT(self, 0);
     running_remove(self);
     timer_clear(self);
     Py_CLEAR(self->dispatcher);

@@ -1035,6 +1035,39 @@ def test_dropped_subclass_with_its_own_del_warns_and_stops() -> None:
     assert wait_for(lambda: not [t for t in threading.enumerate() if t.name.startswith("own-del")])
 
 
+def test_exit_hook_during_a_dropped_timers_warning() -> None:
+    """The ResourceWarning of a timer that its dealloc stops (a subclass
+    whose __del__ does not call the base's) runs Python code while the
+    timer is still among the running ones: the atexit hook, which another
+    thread may run meanwhile, stops it there and must not free it twice."""
+    proc = run_python(
+        """
+        import gc, warnings
+        import hwtimer
+        from hwtimer import _hwtimer
+
+        class OwnDel(hwtimer.HashedWheelTimer):
+            def __del__(self):
+                pass
+
+        def showwarning(*args, **kwargs):
+            _hwtimer._stop_all()  # the atexit hook, as at exit
+
+        warnings.simplefilter("always")
+        warnings.showwarning = showwarning
+        timer = OwnDel(0.01)
+        timer.start()
+        del timer
+        junk = [bytearray(64) for _ in range(10000)]  # over the freed timer
+        gc.collect()
+        print("ok")
+        """,
+        args=("-X", "dev"),  # freed memory is overwritten
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "ok\n"
+
+
 @pytest.mark.parametrize("how", ["never started", "stopped"])
 def test_dropped_timer_without_resource_warning(how) -> None:
     timer = HashedWheelTimer(0.01)
