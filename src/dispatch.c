@@ -67,6 +67,10 @@ static PyObject *dispatch_run(DispatchObject *self, PyObject *unused)
         if (self->pid != getpid())
             break; /* a task forked: the timer's worker is the parent's */
     }
+    /* Python code may still run on this thread (a finalizer, a profile
+       hook) once this returns and the dispatcher is gone: no stop()
+       there must take it for the dispatch thread it was. */
+    hwtimer_this_thread_dispatch = NULL;
     hwtimer_dispatch_mark_done(self);
     Py_RETURN_NONE;
 }

@@ -266,6 +266,46 @@ def test_stop_on_own_dispatch_thread_outside_a_task_is_refused(
     assert len(outcome) == 1 and isinstance(outcome[0], RuntimeError), outcome
 
 
+def test_stop_on_a_dispatch_thread_after_its_run_ended(
+    make_timer: Callable[..., hwtimer.HashedWheelTimer],
+) -> None:
+    # Python code may run on a dispatch thread after its run() has returned
+    # (a finalizer, in a collection there; a profile hook), when its timer,
+    # and the dispatcher with it, are gone: a stop() of another timer there
+    # must not take the thread for the dispatch thread it was (ASan: a
+    # write to the freed dispatcher).
+    other = make_timer()
+    other.start()
+    dropped = threading.Event()
+    outcome: list[object] = []
+    done = threading.Event()
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        if event != "return" or frame.f_code is not threading.Thread.run.__code__:
+            return
+        sys.setprofile(None)
+        dropped.wait(DEADLINE)
+        try:
+            outcome.append(other.stop())
+        except RuntimeError as e:
+            outcome.append(e)
+        done.set()
+
+    threading.setprofile(profile)  # for the dispatch thread started here
+    try:
+        timer = hwtimer.HashedWheelTimer(0.01, thread_name="run-ended")
+        timer.start()
+    finally:
+        threading.setprofile(None)
+    timer.stop()
+    ref = weakref.ref(timer)
+    del timer
+    assert collect_until(ref)
+    dropped.set()
+    assert done.wait(DEADLINE)
+    assert outcome == [[]]
+
+
 # ---- 5. an executor whose future fails ----
 
 
