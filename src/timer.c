@@ -956,16 +956,6 @@ static void close_loop_sinks(TimerObject *self)
     Py_CLEAR(self->loop_sinks);
 }
 
-static int timer_clear(TimerObject *self)
-{
-    Py_CLEAR(self->executor);
-    close_loop_sinks(self);
-    Py_CLEAR(self->stopped_periodic);
-    Py_CLEAR(self->submitted);
-    hwtimer_handed_out_clear(self);
-    return 0;
-}
-
 /* A running timer that is garbage: warns (from `source`, or none) and
    stops it. */
 static void stop_unstopped(TimerObject *self, PyObject *source)
@@ -981,6 +971,22 @@ static void stop_unstopped(TimerObject *self, PyObject *source)
         PyErr_WriteUnraisable(source);
     Py_XDECREF(r);
     PyErr_Restore(type, value, tb);
+}
+
+static int timer_clear(TimerObject *self)
+{
+    /* Still running: a subclass's __del__ that does not call the base's
+       takes the place of timer_finalize(), so a collection clears the
+       timer running.  It stops first, as its dealloc would: its stop()
+       needs what goes below (the loop sinks, the executor).  The warning
+       has no source, which would keep the cleared object alive. */
+    stop_unstopped(self, NULL);
+    Py_CLEAR(self->executor);
+    close_loop_sinks(self);
+    Py_CLEAR(self->stopped_periodic);
+    Py_CLEAR(self->submitted);
+    hwtimer_handed_out_clear(self);
+    return 0;
 }
 
 static void timer_finalize(TimerObject *self)

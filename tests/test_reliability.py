@@ -798,6 +798,30 @@ def test_timer_and_loop_in_one_collection() -> None:
     )
 
 
+def test_running_subclass_with_its_own_del_collected_in_a_cycle() -> None:
+    # Its __del__ does not call the base's, so the collection clears the
+    # timer still running: its stop() must come before the clear takes
+    # what the stop uses (the loop sinks).
+    assert_child_prints_ok(
+        """
+    warnings.simplefilter("ignore")
+
+    class OwnDel(CycleTimer):
+        def __del__(self):
+            pass
+
+    timer = OwnDel(tick_duration=0.01, thread_name="own-del")
+    timer.start()
+    timer.me = timer
+    del timer
+    gc.collect()
+    import threading
+    assert not [t for t in threading.enumerate() if t.name.startswith("own-del")]
+    print("ok")
+    """
+    )
+
+
 def test_timer_dropped_while_its_sink_asks_for_a_reader() -> None:
     # add_reader() runs Python, which may drop the last reference to the
     # timer: the sink then has no timer to name its posting thread after.
