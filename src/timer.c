@@ -165,6 +165,14 @@ static void keep_left(TimerObject *self)
     PyErr_Restore(type, value, tb);
 }
 
+/* Runs on this thread what was delivered to the default sink and not
+   taken, as a dispatch thread would have. */
+static void run_expired_here(TimerObject *self)
+{
+    hwt_sink *default_sink = hwt_timer_default_sink(self->core);
+    hwtimer_run_batch(default_sink, hwt_sink_take(default_sink), false);
+}
+
 /* stop() of a manual timer: waits for an advance() in another thread, then
    runs here what had expired and not run (an advance cut short), as a real
    timer's dispatch thread would before its stop() returns. */
@@ -174,8 +182,7 @@ static PyObject *manual_stop(TimerObject *self)
         return NULL;
     running_remove(self);
     hwt_timeout *left = hwt_timer_stop(self->core);
-    hwt_sink *default_sink = hwt_timer_default_sink(self->core);
-    hwtimer_run_batch(default_sink, hwt_sink_take(default_sink), false);
+    run_expired_here(self);
     hwtimer_release_chain(hwt_timer_take_released(self->core));
     hwtimer_manual_unlock(self);
     return stop_list(self, left);
@@ -250,10 +257,8 @@ int hwtimer_timer_start(TimerObject *self)
                that may yet exist returns at once); or, if a signal ended
                its wait, this call does, as the thread would have */
             d->abandoned = true;
-            if (!self->stop_waiter) {
-                hwt_sink *default_sink = hwt_timer_default_sink(self->core);
-                hwtimer_run_batch(default_sink, hwt_sink_take(default_sink), false);
-            }
+            if (!self->stop_waiter)
+                run_expired_here(self);
             hwtimer_dispatch_mark_done(d);
         } else if (self->running && !d->thread_id) {
             /* no dispatch thread (or one that has not run yet, if
@@ -300,11 +305,10 @@ static PyObject *stop_and_wait(TimerObject *self, DispatchObject *d)
             keep_left(self);
         return NULL;
     }
-    hwt_sink *default_sink = hwt_timer_default_sink(self->core);
     if (d->pid != getpid()) /* a fork child: no dispatch thread came along to run these */
-        hwtimer_release_chain(hwt_sink_take(default_sink));
+        hwtimer_release_chain(hwt_sink_take(hwt_timer_default_sink(self->core)));
     else if (d->abandoned) /* its start() failed: they run here, as no dispatch thread will */
-        hwtimer_run_batch(default_sink, hwt_sink_take(default_sink), false);
+        run_expired_here(self);
     hwtimer_release_chain(hwt_timer_take_released(self->core));
     if (self->stop_waiter == getpid())
         return PyList_New(0); /* the call that stopped it returns them */
@@ -323,8 +327,7 @@ PyObject *hwtimer_timer_stop(TimerObject *self)
            here, as no dispatch thread will; a periodic one's re-arm finds
            the timer stopped and keeps it for stop_list(), or it is handed
            to the executor, where stop_list() finds it */
-        hwt_sink *default_sink = hwt_timer_default_sink(self->core);
-        hwtimer_run_batch(default_sink, hwt_sink_take(default_sink), false);
+        run_expired_here(self);
         hwtimer_release_chain(hwt_timer_take_released(self->core));
         return stop_list(self, left);
     }
