@@ -312,9 +312,12 @@ static PyObject *sink_post(LoopSinkObject *self, PyObject *unused)
 static int start_poster(LoopSinkObject *self)
 {
     hwtimer_state *st = hwtimer_state_of_type(Py_TYPE(self));
-    TimerObject *timer = self->sink.owner; /* alive: the sink is not closed */
-    PyObject *target = PyObject_GetAttrString((PyObject *)self, "_post");
+    /* The owner is borrowed, alive while the sink is open: its name is
+       read before anything that can start a collection, which may free it
+       (and close the sink; _post() then ends at once). */
+    TimerObject *timer = self->sink.owner;
     PyObject *name = PyUnicode_FromFormat("%U-post", timer->name);
+    PyObject *target = name ? PyObject_GetAttrString((PyObject *)self, "_post") : NULL;
     PyObject *kwargs = target && name ? Py_BuildValue("{s:O,s:O,s:O}", "target", target, "name",
                                                       name, "daemon", Py_True)
                                       : NULL;
