@@ -129,7 +129,15 @@ static PyObject *list_left(TimerObject *self, PyObject *list, hwt_timeout *left)
    releases either way (list_left). */
 static PyObject *stop_list(TimerObject *self, hwt_timeout *left)
 {
-    PyObject *list = self->stopped_periodic ? self->stopped_periodic : PyList_New(0);
+    /* A collection in PyList_New() can run a finalizer that releases the
+       GIL, and an executor's run that ends meanwhile makes stopped_periodic
+       (keep_for_stop): that list is the one returned. */
+    PyObject *made = self->stopped_periodic ? NULL : PyList_New(0);
+    PyObject *list = self->stopped_periodic ? self->stopped_periodic : made;
+    if (list != made && made)
+        Py_DECREF(made);
+    else if (list != made)
+        PyErr_Clear(); /* made failed: what was kept is listed still */
     self->stopped_periodic = NULL;
     self->stop_collected = true;
     hwtimer_stop_handed_out(self, list);
