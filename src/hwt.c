@@ -566,10 +566,13 @@ static bool deliver_expired(void *ctx, hwt_timeout *to)
     return !ends_slice(++t->expiring);
 }
 
-/* Expires the due timeouts of the current tick, in scheduling order. */
+/* Expires the due timeouts of the current tick, in scheduling order.
+   What it expired counts before a slice is handed over: a task that runs
+   meanwhile finds its own timeout no longer pending. */
 static void expire_bucket(hwt_timer *t)
 {
     t->expiring = t->expiring_once = 0;
+    uint64_t counted = 0;
     bool empty;
     do {
         /* Under the cancel lock, which every other change of a state on
@@ -581,6 +584,8 @@ static void expire_bucket(hwt_timer *t)
         empty = hwt_wheel_expire(&t->wheel, EXPIRE_CHUNK, deliver_expired, t);
         pthread_mutex_unlock(&t->cancel_lock);
         if (t->expiring != before && ends_slice(t->expiring)) {
+            count(&t->expired, t->expiring_once - counted);
+            counted = t->expiring_once;
             publish_batches(t); /* let consumers start on a large bucket */
             if (t->expiring == EXPIRE_FIRST_SLICE)
                 await_handover(t);
@@ -589,7 +594,7 @@ static void expire_bucket(hwt_timer *t)
     uint64_t n = t->expiring;
     if (n) {
         t->did_work = true;
-        count(&t->expired, t->expiring_once);
+        count(&t->expired, t->expiring_once - counted);
         if (n > atomic_load_explicit(&t->max_expired, memory_order_relaxed))
             atomic_store_explicit(&t->max_expired, n, memory_order_relaxed);
     }

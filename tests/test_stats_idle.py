@@ -113,6 +113,40 @@ def test_stats_count_rejections_and_task_errors(make_timer):
     assert s["expired"] == 2  # the failing task counts as expired
 
 
+def test_a_task_of_a_large_bucket_is_not_pending_while_it_runs(make_timer):
+    # A bucket this large is handed over in slices while the worker walks
+    # the rest of it: each task's own timeout has expired, so it counts
+    # neither in pending_timeouts() nor against max_pending_timeouts, and
+    # a task that schedules one new timeout always finds room.
+    n = 20_000
+    timer = make_timer(0.05, 8, max_pending_timeouts=n)
+    first = []
+    refused = []
+    ran = 0
+    done = threading.Event()
+
+    def task(t):
+        nonlocal ran
+        if not first:
+            s = timer.stats()
+            first.append((t.is_expired(), timer.pending_timeouts(), s["pending"], s["expired"]))
+        try:
+            timer.new_timeout(str, 3600)
+        except hwtimer.RejectedExecutionError:
+            refused.append(timer.pending_timeouts())
+        ran += 1
+        if ran == n:
+            done.set()
+
+    for _ in range(n):
+        timer.new_timeout(task, 0.2)
+    assert done.wait(60)
+    assert refused == []
+    expired, pending, stats_pending, stats_expired = first[0]
+    assert expired
+    assert pending < n and stats_pending < n and stats_expired >= 1
+
+
 def test_lateness_plausible_against_tick(make_timer):
     tick = 0.01
     timer = make_timer(tick, 64)
