@@ -332,11 +332,15 @@ TimerObject **hwtimer_current_task_slot(void);
 hwtimer_state *hwtimer_state_of_type(PyTypeObject *tp);
 /* hwtimer_parse_delay() for every kind of delay. */
 int hwtimer_parse_any_delay(hwtimer_state *st, PyObject *obj, const char *what, int64_t *ns);
-/* ceil(x) for 0 < x < 2**63, without libm's call. */
+/* ceil(x) for 0 < x < 2**63, without libm's call; x is seconds * 1e9,
+   whose rounding (and the seconds' own, as 8.3 is stored) can put it a
+   few units of its last place above a whole ns: that ns is the deadline
+   meant (8.3 s is 8300000000 ns, not one more), no earlier than the
+   delay by anything a double can tell. */
 static inline int64_t hwtimer_ceil_ns(double x)
 {
     int64_t n = (int64_t)x;
-    return (double)n < x ? n + 1 : n;
+    return x - (double)n > x * 0x1p-52 ? n + 1 : n;
 }
 /* The ns at or above which a delay saturates to HWT_NEVER (a double just
    below 2**63). */

@@ -787,6 +787,28 @@ def test_a_timeout_of_delay_d_runs_within_advance_d(
     assert again.times == [pytest.approx(start + 2 * delay)]
 
 
+@pytest.mark.parametrize("delay", [0.067, 1.07, 8.3, timedelta(seconds=8.3)])
+def test_a_decimal_delay_is_due_at_its_tick(manual: ManualTimer, delay: float) -> None:
+    # delay * 1e9 comes out a hair above a whole ns in floating point for
+    # these: that is the product's rounding, not a later deadline, and the
+    # timeout is due on the tick boundary that advance(delay) reaches
+    seconds = delay.total_seconds() if isinstance(delay, timedelta) else delay
+    task = Recorder(manual)
+    timeout = manual.new_timeout(task, delay)
+    assert timeout.deadline == seconds
+    assert manual.advance(delay) == 1
+    assert task.times == [seconds]
+
+
+@pytest.mark.parametrize("period", [0.067, 8.3])
+def test_a_decimal_period_does_not_drift_off_its_ticks(manual: ManualTimer, period: float) -> None:
+    task = Recorder(manual)
+    periodic = manual.new_periodic(task, period)
+    assert manual.advance(5 * period) == 5
+    assert task.times == pytest.approx([k * period for k in range(1, 6)], abs=1e-9)
+    assert periodic.deadline == pytest.approx(6 * period, abs=1e-9)
+
+
 @pytest.mark.parametrize("missed, runs", [("skip", 10), ("delay", 10), ("burst", 100)])
 def test_a_period_shorter_than_the_tick(make_manual, missed: str, runs: int) -> None:
     # a tick's end is a period or more past the last run: only "burst"
