@@ -469,7 +469,10 @@ static int parse_config(hwtimer_state *st, const hwtimer_timer_args *a, hwt_conf
         .tick_ns = (int64_t)llround(tick * 1e9),
         .ticks_per_wheel = wheel,
         .max_pending = max_pending > 0 ? (int64_t)max_pending : 0,
-        .wake_every_tick = wake_every && *wake_every && strcmp(wake_every, "0") != 0,
+        /* a worker's knob: a manual timer has none, and its advance()
+           goes straight to the next tick with work */
+        .wake_every_tick =
+            !a->manual && wake_every && *wake_every && strcmp(wake_every, "0") != 0,
         .manual = a->manual,
     };
     return 0;

@@ -235,6 +235,21 @@ def test_advance_to_next_skips_cancelled_timeouts(manual: ManualTimer) -> None:
     assert manual.time() == 2.0
 
 
+def test_advance_to_next_with_wake_every_tick_set(
+    make_manual, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # HWTIMER_WAKE_EVERY_TICK makes a worker wake every tick; a ManualTimer
+    # has none, and advance_to_next() still goes straight to the timeout,
+    # not a tick at a time until it gives up after a million of them
+    monkeypatch.setenv("HWTIMER_WAKE_EVERY_TICK", "1")
+    timer = make_manual()
+    task = Recorder(timer)
+    timer.new_timeout(task, 1500)
+    assert timer.advance_to_next() == 1500.0
+    assert task.times == [1500.0]
+    assert timer.advance_to_next() is None
+
+
 def test_task_errors_are_logged_and_do_not_stop_the_advance(
     manual: ManualTimer, caplog: pytest.LogCaptureFixture
 ) -> None:
