@@ -431,7 +431,19 @@ static PyObject *scope_reschedule(ScopeObject *self, PyObject *when)
        come): the deadline goes on on the loop's clock */
     if (self->timer && hwt_timer_stopped(((TimerObject *)self->timer)->core))
         self->on_loop = true;
-    if (scope_unschedule(self) < 0 || (when != Py_None && scope_schedule(self, w) < 0))
+    if (scope_unschedule(self) < 0)
+        return NULL;
+    if (when == Py_None || scope_schedule(self, w) == 0)
+        Py_RETURN_NONE;
+    /* A stop() in another thread since the look above (it stops the core
+       without the GIL) refuses the deadline on the wheel: it goes on on
+       the loop's clock, as after any stop. */
+    if (self->on_loop || !self->timer || !hwt_timer_stopped(((TimerObject *)self->timer)->core) ||
+        !PyErr_ExceptionMatches(PyExc_RuntimeError))
+        return NULL;
+    PyErr_Clear();
+    self->on_loop = true;
+    if (scope_schedule(self, w) < 0)
         return NULL;
     Py_RETURN_NONE;
 }

@@ -1563,6 +1563,43 @@ def test_scope_rescheduled_after_its_timers_stop(run: Any, own_timer: Any) -> No
     run(entered_before)
 
 
+def test_scope_rescheduled_while_its_timer_stops() -> None:
+    """A stop() that another thread makes while reschedule() runs (here:
+    as the scope reads loop.time(), after it looked at the timer) still
+    moves the deadline to the loop's clock: reschedule() does not raise,
+    and the scope expires at its new deadline."""
+
+    class HookLoop(asyncio.SelectorEventLoop):
+        hook: Callable[[], object] | None = None
+
+        def time(self) -> float:
+            hook, self.hook = self.hook, None
+            if hook is not None:
+                hook()
+            return super().time()
+
+    timer = hwtimer.HashedWheelTimer(0.005, 64)
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        assert isinstance(loop, HookLoop)
+        start = time.monotonic()
+        with pytest.raises(TimeoutError):
+            async with hwtimer.timeout(SOON, timer=timer) as scope:
+                when = loop.time() + 0.05
+                loop.hook = timer.stop
+                scope.reschedule(when)
+                assert loop.hook is None, "the scope read no loop.time()"
+                await asyncio.wait_for(_forever(), SOON)  # a guard: the scope's is sooner
+        assert 0.05 - 0.002 <= time.monotonic() - start < SOON
+
+    try:
+        with event_loop(HookLoop) as loop:
+            loop.run_until_complete(main())
+    finally:
+        timer.stop()
+
+
 def test_scope_moved_to_the_loop_ignores_its_expiry_already_on_its_way(run: Any) -> None:
     """The deadline passed while the loop was busy (its expiry is on its way
     to the loop), then the timer stopped and the block moved the deadline on,
