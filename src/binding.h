@@ -281,6 +281,9 @@ struct LoopSinkObject {
     bool posting;       /* add_reader is not implemented: batches are posted */
     bool poster_alive;  /* the posting thread waits on wakefd */
     PyObject *loop_ref; /* owned weakref to the loop, or NULL */
+    /* owned weakref to the reader the loop watches the wake fd with, or
+       NULL: a loop lets go of it when it is closed */
+    PyObject *reader_ref;
     PyObject *loop;     /* owned if owns_loop (a loop that cannot be weakly
                            referenced), else borrowed: compared only */
     bool owns_loop;

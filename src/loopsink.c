@@ -8,10 +8,10 @@
  * descriptor (add_reader raises NotImplementedError, as Windows' Proactor
  * loop and some custom loops do) is served by a posting thread instead:
  * it waits on the fd and hands each batch over with one
- * call_soon_threadsafe.  When the loop goes away (collected, or found
- * closed) the sink is closed: what it held is released, the timeouts it
- * still has on the wheel are cancelled, and any that expire meanwhile are
- * released, not run.
+ * call_soon_threadsafe.  When the loop goes away (closed, which drops the
+ * wake fd's reader; collected; or found closed) the sink is closed: what
+ * it held is released, the timeouts it still has on the wheel are
+ * cancelled, and any that expire meanwhile are released, not run.
  */
 #include "binding.h"
 
@@ -208,6 +208,23 @@ static PyObject *sink_loop_gone(LoopSinkObject *self, PyObject *ref)
 
 static PyMethodDef loop_gone_def = {"_loop_gone", (PyCFunction)sink_loop_gone, METH_O, NULL};
 
+/* _reader_gone(ref): the loop let go of the wake fd's reader.  A closed
+   loop does (its selector goes), and it may never be collected: the
+   callbacks pending for it can hold it.  Closing the sink cancels them,
+   as closing a loop drops its own call_later() handles. */
+static PyObject *sink_reader_gone(LoopSinkObject *self, PyObject *ref)
+{
+    (void)ref;
+    if (!self->closed && !loop_is_open(self)) {
+        sink_close(self);
+        close_fd(self); /* a closed loop's selector is gone */
+    }
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef reader_gone_def = {"_reader_gone", (PyCFunction)sink_reader_gone, METH_O,
+                                      NULL};
+
 /* ---- finding or making the sink for a loop ---- */
 
 /* Removes the closed sinks from the list `sinks`, in place.  Returns 0
@@ -351,9 +368,16 @@ static PyObject *sink_register(LoopSinkObject *self, PyObject *unused)
         close_fd(self);
         Py_RETURN_NONE;
     }
+    /* the reader is the loop's alone: watched, its loss tells of a close */
     PyObject *reader = PyObject_GetAttrString((PyObject *)self, "_run");
+    PyObject *gone = reader ? PyCFunction_New(&reader_gone_def, (PyObject *)self) : NULL;
+    PyObject *ref = gone ? PyWeakref_NewRef(reader, gone) : NULL;
+    Py_XDECREF(gone);
+    Py_XSETREF(self->reader_ref, ref);
     PyObject *r =
-        reader ? PyObject_CallMethod(loop, "add_reader", "iO", self->wakefd.read_fd, reader) : NULL;
+        ref ? PyObject_CallMethod(loop, "add_reader", "iO", self->wakefd.read_fd, reader) : NULL;
+    if (!r)
+        Py_CLEAR(self->reader_ref); /* not the loop's: its end tells nothing */
     Py_XDECREF(reader);
     Py_DECREF(loop);
     if (!r && PyErr_ExceptionMatches(PyExc_NotImplementedError)) {
@@ -412,6 +436,7 @@ static LoopSinkObject *sink_new(TimerObject *timer, PyObject *loop)
     if (!s)
         return NULL;
     s->loop_ref = NULL;
+    s->reader_ref = NULL;
     s->loop = NULL;
     s->timeouts = NULL;
     s->owns_loop = false;
@@ -501,6 +526,7 @@ static int sink_traverse(LoopSinkObject *self, visitproc visit, void *arg)
 {
     Py_VISIT(Py_TYPE(self));
     Py_VISIT(self->loop_ref);
+    Py_VISIT(self->reader_ref);
     if (self->owns_loop)
         Py_VISIT(self->loop);
     return 0;
@@ -509,6 +535,7 @@ static int sink_traverse(LoopSinkObject *self, visitproc visit, void *arg)
 static int sink_clear(LoopSinkObject *self)
 {
     Py_CLEAR(self->loop_ref);
+    Py_CLEAR(self->reader_ref);
     if (self->owns_loop) {
         self->owns_loop = false;
         Py_CLEAR(self->loop);

@@ -438,6 +438,32 @@ def test_closed_loop_never_runs_callbacks(new_loop: Any) -> None:
     assert called == []
 
 
+@pytest.mark.parametrize("kind", LOOP_KINDS)
+def test_closing_a_loop_cancels_callbacks_that_hold_it(kind: str) -> None:
+    # A pending callback that holds its own loop (a bound method of a
+    # protocol, a future of the loop) would keep the closed loop from ever
+    # being collected: the loop lets go of the wake fd's reader when it is
+    # closed, and that alone cancels its callbacks, as closing a loop drops
+    # its own call_later() handles.
+    timer = hwtimer.HashedWheelTimer(0.01, 64)
+    try:
+
+        async def schedule() -> hwtimer.Timeout:
+            fut = asyncio.get_running_loop().create_future()
+            return timer.call_later(3600, fut.set_result, None)
+
+        with event_loop(kind) as loop:
+            handle = loop.run_until_complete(schedule())
+            assert not handle.is_cancelled()
+        assert handle.is_cancelled()
+        loop_watch = weakref.ref(loop)
+        del loop, handle
+        _wait_released(loop_watch, "the closed loop")
+        assert timer.pending_timeouts() == 0
+    finally:
+        timer.stop()
+
+
 def test_loop_not_running_then_resumed(new_loop: Any) -> None:
     # Callbacks that fall due between two run_until_complete calls run when
     # the loop runs again.
