@@ -43,6 +43,16 @@ class HashedWheelTimer:
         thread_name: str | None = None,
         executor: _Executor | None = None,
     ) -> HashedWheelTimer: ...
+    # takes what __new__ takes (and applied): for a subclass's super().__init__()
+    def __init__(
+        self,
+        tick_duration: _Seconds = 0.1,
+        ticks_per_wheel: SupportsIndex = 512,
+        *,
+        max_pending_timeouts: SupportsIndex = 0,
+        thread_name: str | None = None,
+        executor: _Executor | None = None,
+    ) -> None: ...
     @property
     def tick_duration(self) -> float: ...
     @property

@@ -540,14 +540,16 @@ PyObject *hwtimer_timer_build(PyTypeObject *tp, const hwtimer_timer_args *a)
     return (PyObject *)self;
 }
 
+/* The constructor's parameters, which __new__ and __init__ both take. */
+static const char *const timer_names[] = {"tick_duration", "ticks_per_wheel",
+                                          "max_pending_timeouts", "thread_name", "executor"};
+static const hwtimer_signature timer_sig = {
+    .fname = "HashedWheelTimer", .names = timer_names, .nparams = 5, .nkeyword_only = 3};
+
 static PyObject *timer_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
 {
-    static const char *const names[] = {"tick_duration", "ticks_per_wheel", "max_pending_timeouts",
-                                        "thread_name", "executor"};
-    static const hwtimer_signature sig = {
-        .fname = "HashedWheelTimer", .names = names, .nparams = 5, .nkeyword_only = 3};
     PyObject *given[5];
-    if (hwtimer_bind_tuple(&sig, args, kwds, given) < 0)
+    if (hwtimer_bind_tuple(&timer_sig, args, kwds, given) < 0)
         return NULL;
     hwtimer_timer_args a = {
         .tick_duration = given[0],
@@ -559,6 +561,17 @@ static PyObject *timer_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
         .default_ticks = 512,
     };
     return hwtimer_timer_build(tp, &a);
+}
+
+/* __init__: __new__ has read and applied the arguments.  It takes the same
+   ones (and refuses, by name and count, what the constructor refuses), so
+   that a subclass's __init__ can hand its arguments on with
+   super().__init__(...), as object.__init__ would not let it. */
+static int timer_init(PyObject *self, PyObject *args, PyObject *kwds)
+{
+    (void)self;
+    PyObject *given[5];
+    return hwtimer_bind_tuple(&timer_sig, args, kwds, given);
 }
 
 /* ---- methods ---- */
@@ -1101,6 +1114,7 @@ static PyType_Slot timer_slots[] = {
                 "max_pending_timeouts=0, thread_name=None, executor=None)\n--\n\n"
                 "Netty's hashed wheel timer: O(1) schedule and cancel from any thread."},
     {Py_tp_new, timer_new},
+    {Py_tp_init, timer_init},
     {Py_tp_dealloc, timer_dealloc},
     {Py_tp_finalize, timer_finalize},
     {Py_tp_traverse, timer_traverse},

@@ -51,6 +51,16 @@ with use_timer(ManualTimer()) as installed:
     now: float = installed.time()
 
 
+class Extended(HashedWheelTimer):
+    def __init__(self, tick_duration: float, *, thread_name: str) -> None:
+        super().__init__(tick_duration, thread_name=thread_name)
+        self.extra = 1
+
+
+with Extended(0.5, thread_name="extended") as extended:
+    extra: int = extended.extra
+
+
 async def pause() -> str:
     async with hwtimer.timeout(Decimal("0.5")):
         return await hwtimer.sleep(Decimal("0.1"), "slept")

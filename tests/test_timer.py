@@ -299,6 +299,33 @@ def test_attributes_are_read_only(make_timer, attr, value) -> None:
     assert getattr(timer, attr) == before
 
 
+def test_a_subclass_passes_its_arguments_on_to_the_base_init() -> None:
+    """The usual way to extend a class: a subclass's __init__ hands its
+    arguments on with super().__init__(), which takes what the constructor
+    takes (and refuses what it refuses), as __new__ already applied them."""
+
+    class Extended(HashedWheelTimer):
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            super().__init__(*args, **kwargs)
+            self.extra = "kept"
+
+    timer = Extended(0.05, 16, max_pending_timeouts=3, thread_name="extended")
+    try:
+        assert (timer.tick_duration, timer.ticks_per_wheel) == (0.05, 16)
+        assert timer.max_pending_timeouts == 3
+        assert timer.thread_name == "extended"
+        assert timer.extra == "kept"
+        fired = threading.Event()
+        timer.new_timeout(lambda t: fired.set(), 0)
+        assert fired.wait(DEADLINE)
+    finally:
+        timer.stop()
+    with pytest.raises(TypeError, match="unexpected keyword argument 'tick'"):
+        HashedWheelTimer.__init__(timer, tick=0.1)
+    with pytest.raises(TypeError, match="positional"):
+        HashedWheelTimer.__init__(timer, 0.1, 512, 0)
+
+
 # ---- start() ----
 
 
