@@ -9,7 +9,9 @@
 #      back keeping its timeouts, under ASan+UBSan,
 #      and tests/c/reset_wake_test.c, a reset made as the worker is about
 #      to sleep (held there by its clock read), under ASan+UBSan;
-#   3. tests/c/stress_core.c, the real worker thread with concurrent
+#   3. tests/c/walk_race_test.c, a walk of the wheel (hwt_timer_soonest)
+#      made as the worker is about to sleep, under TSan;
+#      tests/c/stress_core.c, the real worker thread with concurrent
 #      producers, consumers and stop() races, under TSan, then ASan+UBSan;
 #   4. tests/c/fuzz_core.c under libFuzzer (+ASan+UBSan) for FUZZ_SECONDS,
 #      when clang with libFuzzer is there; otherwise a note says it was
@@ -80,6 +82,10 @@ timeout 300 "$work/fault_asan"
 step "reset wake test under ASan+UBSan ($backend backend)"
 build reset_asan reset_wake_test.c "${ASAN[@]}" -ldl
 timeout 300 "$work/reset_asan"
+
+step "walk race test under TSan ($backend backend)"
+build walk_tsan walk_race_test.c -fsanitize=thread -ldl
+timeout 300 "$work/walk_tsan"
 
 step "stress test under TSan (seed $SEED, $backend backend)"
 build stress_tsan stress_core.c -fsanitize=thread

@@ -695,11 +695,12 @@ static void mark_awake(hwt_timer *t)
 }
 
 /* Sleeps until the end of tick `target` (HWT_NEVER: until woken), unless a
-   producer has work for it first. */
-static void sleep_until_tick(hwt_timer *t, int64_t target)
+   producer has work for it first; lingers first if the last run_due()
+   `did_work` (read under t->lock: a snapshot's transfer writes it too). */
+static void sleep_until_tick(hwt_timer *t, int64_t target, bool did_work)
 {
     int64_t now = t->cfg.clock(t->cfg.clock_ctx);
-    if (target == HWT_NEVER && t->did_work)
+    if (target == HWT_NEVER && did_work)
         target = tick_ending_by(t, now + LINGER_NS);
     int64_t wake_at = tick_end(t, target);
     /* Cancels wait for the worker: let a batch of them wake it, so that
@@ -749,10 +750,11 @@ static void *worker_main(void *arg)
     while (!atomic_load(&t->stopping)) {
         pthread_mutex_lock(&t->lock);
         int64_t target = run_due(t, hwt_monotonic_ns(NULL));
+        bool did_work = t->did_work;
         pthread_mutex_unlock(&t->lock);
         if (atomic_load(&t->stopping))
             break;
-        sleep_until_tick(t, target);
+        sleep_until_tick(t, target, did_work);
     }
     return NULL;
 }

@@ -59,15 +59,20 @@ def compiler() -> str:
 
 
 def build(
-    tmp_path: Path, source: str, core: dict[str, Path] | None = None, backend: str = "futex"
+    tmp_path: Path,
+    source: str,
+    core: dict[str, Path] | None = None,
+    backend: str = "futex",
+    flags: tuple[str, ...] = (),
 ) -> Path:
     """Builds tests/c/`source` with the core on `backend`, `core` naming
-    replacements for some of its files."""
+    replacements for some of its files, with extra compiler `flags`."""
     if not (SRC / "hwt.c").exists():
         pytest.skip("the C sources are not beside this test (installed elsewhere)")
     core = core or {}
     exe = tmp_path / Path(source).stem
-    cmd = [compiler(), *CFLAGS, *BACKENDS[backend], f"-I{SRC}", f"-I{CDIR}", str(CDIR / source)]
+    cmd = [compiler(), *CFLAGS, *flags, *BACKENDS[backend], f"-I{SRC}", f"-I{CDIR}"]
+    cmd.append(str(CDIR / source))
     cmd += [str(core.get(name, SRC / name)) for name in CORE]
     cmd += ["-o", str(exe), "-ldl"]  # fault_test.c's dlsym, in libc itself on newer systems
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
@@ -153,6 +158,33 @@ def test_a_reset_wakes_a_worker_about_to_sleep(tmp_path: Path, backend: str) -> 
     exe = build(tmp_path, "reset_wake_test.c", backend=backend)
     proc = run([str(exe)], timeout=120)
     assert "after its new deadline" in proc.stdout
+
+
+def tsan_works(tmp_path: Path) -> bool:
+    """Whether the C compiler builds and runs a -fsanitize=thread program."""
+    src = tmp_path / "probe.c"
+    src.write_text("int main(void) { return 0; }\n")
+    exe = tmp_path / "probe"
+    cmd = [compiler(), "-fsanitize=thread", str(src), "-o", str(exe)]
+    try:
+        built = subprocess.run(cmd, capture_output=True, timeout=120).returncode == 0
+        return built and subprocess.run([str(exe)], capture_output=True, timeout=60).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+@backends
+def test_a_walk_while_the_worker_goes_to_sleep_does_not_race(tmp_path: Path, backend: str) -> None:
+    """A pending_snapshot() walk that moves queued timeouts into the wheel
+    while the worker, having let go of it, plans its sleep: the two share
+    nothing that their locks and atomics do not order (TSan checks)."""
+    if not tsan_works(tmp_path):
+        pytest.skip("the C compiler cannot build with -fsanitize=thread here")
+    exe = build(tmp_path, "walk_race_test.c", backend=backend, flags=("-fsanitize=thread",))
+    env = dict(os.environ, TSAN_OPTIONS="halt_on_error=1")
+    proc = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-8000:]
+    assert "while the worker went to sleep" in proc.stdout
 
 
 @backends
