@@ -165,7 +165,9 @@ struct hwt_timer {
     /* in a child of fork(): the errno value that kept a condition variable
        from being made again there (the timer is orphaned then), or 0 */
     int fork_err;
-    int64_t start_time;
+    /* written by start before it sets `state`, read by producers that read
+       `state` first: through start_of() */
+    _Atomic int64_t start_time;
     /* started once and taken back by hwt_timer_unstart: the start time
        stays, and the wheel may hold timeouts for stop() to sweep */
     bool unstarted;
@@ -284,9 +286,15 @@ static inline int64_t queued_net(hwt_timer *t, uint64_t scheduled)
     return (int64_t)(scheduled - atomic_load_explicit(&t->taken_back, memory_order_relaxed));
 }
 
+/* The clock reading at start (see the field). */
+static inline int64_t start_of(const hwt_timer *t)
+{
+    return atomic_load_explicit(&((hwt_timer *)t)->start_time, memory_order_relaxed);
+}
+
 static inline int64_t now_rel(const hwt_timer *t)
 {
-    return t->cfg.clock(t->cfg.clock_ctx) - t->start_time;
+    return t->cfg.clock(t->cfg.clock_ctx) - start_of(t);
 }
 
 /* Wakes the worker if it is sleeping; otherwise it will see the work when
@@ -603,7 +611,7 @@ static void expire_bucket(hwt_timer *t)
 /* The tick whose end is the latest at or before `now`, or -1. */
 static int64_t last_ended_tick(const hwt_timer *t, int64_t now)
 {
-    int64_t rel = now - t->start_time;
+    int64_t rel = now - start_of(t);
     return rel < t->cfg.tick_ns ? -1 : rel / t->cfg.tick_ns - 1;
 }
 
@@ -612,7 +620,7 @@ static int64_t tick_end(const hwt_timer *t, int64_t tick)
 {
     int64_t rel, end;
     if (tick == HWT_NEVER || __builtin_mul_overflow(tick + 1, t->cfg.tick_ns, &rel) ||
-        __builtin_add_overflow(t->start_time, rel, &end))
+        __builtin_add_overflow(start_of(t), rel, &end))
         return HWT_NEVER;
     return end;
 }
@@ -681,7 +689,7 @@ static bool reset_queued_before(hwt_timer *t, int64_t limit)
    the current one. */
 static int64_t tick_ending_by(const hwt_timer *t, int64_t when)
 {
-    int64_t rel = when - t->start_time;
+    int64_t rel = when - start_of(t);
     int64_t tick = rel <= 0 ? 0 : (rel - 1) / t->cfg.tick_ns;
     return tick > t->wheel.elapsed ? tick : t->wheel.elapsed;
 }
@@ -866,7 +874,8 @@ int hwt_timer_start(hwt_timer *t)
     if (t->state == T_STOPPED)
         return EALREADY;
     if (!t->unstarted) /* else deadlines already count from the first start */
-        t->start_time = t->cfg.clock(t->cfg.clock_ctx);
+        atomic_store_explicit(&t->start_time, t->cfg.clock(t->cfg.clock_ctx),
+                              memory_order_relaxed);
     if (!t->cfg.manual) {
         /* the worker blocks every signal: they belong to the main thread */
         sigset_t all, old;
@@ -915,7 +924,7 @@ const hwt_config *hwt_timer_config(const hwt_timer *t)
 }
 int64_t hwt_timer_start_time(const hwt_timer *t)
 {
-    return t->start_time;
+    return start_of(t);
 }
 int64_t hwt_timer_now(const hwt_timer *t)
 {
@@ -964,10 +973,14 @@ static int64_t pending_of(hwt_timer *t, uint64_t scheduled)
     return scheduled > done ? (int64_t)(scheduled - done) : 0;
 }
 
-/* `delay_ns` after `now` (both ns), as schedule and reset read a delay. */
+/* `delay_ns` after `now` (both ns), as schedule and reset read a delay;
+   `now` may be a little below 0 in a schedule refused as start() runs. */
 static int64_t deadline_after(int64_t now, int64_t delay_ns)
 {
-    return delay_ns <= 0 ? now : delay_ns >= HWT_NEVER - now ? HWT_NEVER : now + delay_ns;
+    int64_t deadline;
+    if (delay_ns <= 0)
+        return now;
+    return __builtin_add_overflow(now, delay_ns, &deadline) ? HWT_NEVER : deadline;
 }
 
 /* Pushes `to` onto the producers' stack.  Returns false once stop() has
@@ -986,13 +999,16 @@ static bool push_new(hwt_timer *t, hwt_timeout *to)
 /* Schedules `to` with `flags` (0, or HWT_PERIODIC and its policy). */
 static int schedule(hwt_timer *t, hwt_timeout *to, int64_t delay_ns, uint32_t flags)
 {
+    /* the state first: start() sets it after the start time, so an
+       accepted timeout reads that start time and a clock at or after it */
+    bool started = t->state == T_STARTED && !t->orphaned;
     int64_t deadline = deadline_after(now_rel(t), delay_ns);
     atomic_store_explicit(&to->deadline, deadline, memory_order_relaxed);
     to->flags = flags;
     to->link.prev = NULL;
     /* release: a cancel or reset that sees QUEUED sees the fields above */
     atomic_store_explicit(&to->state, HWT_QUEUED, memory_order_release);
-    if (t->state != T_STARTED || t->orphaned)
+    if (!started)
         return HWT_ESTOPPED;
     uint64_t scheduled = atomic_fetch_add_explicit(&t->scheduled, 1, memory_order_relaxed) + 1;
     if (t->cfg.max_pending > 0 && pending_of(t, scheduled) > t->cfg.max_pending) {
@@ -1280,8 +1296,8 @@ static void count_out(hwt_timer *t, uint32_t final)
 static int rearm(hwt_timeout *to, bool next_run, int64_t period_ns, int64_t start, int64_t end)
 {
     hwt_timer *t = to->sink->timer;
-    start -= t->start_time;
-    end -= t->start_time;
+    start -= start_of(t);
+    end -= start_of(t);
     pthread_mutex_lock(&t->cancel_lock);
     uint32_t s = atomic_load(&to->state);
     int r = HWT_OK;

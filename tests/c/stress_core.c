@@ -25,6 +25,9 @@
  * every point for a burst), and each ends exactly once; pending returns
  * to 0 and the counters add up.
  *
+ * A start race schedules from several threads while the timer starts:
+ * each schedule is refused or counts from the start time.
+ *
  * Usage: stress_core [SEED [ROUNDS]]; exits 1 on the first failed check.
  */
 #define _GNU_SOURCE
@@ -878,6 +881,84 @@ static void rearm_round(int64_t tick_ns, bool race_stop, uint64_t seed)
     free(sh);
 }
 
+/* ---- schedules racing the start ---- */
+
+#define START_RACERS 3
+#define START_ITEMS  64 /* per racer */
+#define START_DELAY  (INT64_C(3600) * 1000000000)
+
+typedef struct start_racer {
+    hwt_timer *t;
+    _Atomic bool *go;
+    hwt_timeout tos[START_ITEMS];
+} start_racer;
+
+/* Schedules each of its timeouts until the timer, started meanwhile,
+   accepts it. */
+static void *start_race(void *arg)
+{
+    start_racer *r = arg;
+    while (!atomic_load(r->go))
+        ;
+    for (int i = 0; i < START_ITEMS;) {
+        r->tos[i].sink = hwt_timer_default_sink(r->t);
+        int rc = hwt_timer_schedule(r->t, &r->tos[i], START_DELAY);
+        if (rc == HWT_OK)
+            i++;
+        else if (rc != HWT_ESTOPPED) {
+            fail("start race: schedule returned %d", rc);
+            break;
+        }
+    }
+    return NULL;
+}
+
+/* Schedules from several threads while the timer starts: each is refused
+   or counts its deadline from the start time (not from before it), and
+   stop() returns every accepted one once. */
+static void start_race_round(void)
+{
+    hwt_config cfg = {.tick_ns = 1000000, .ticks_per_wheel = 64};
+    hwt_timer *t = hwt_timer_new(&cfg);
+    if (!t) {
+        fail("start race: hwt_timer_new failed: errno %d", errno);
+        return;
+    }
+    static start_racer racers[START_RACERS];
+    pthread_t threads[START_RACERS];
+    _Atomic bool go = false;
+    for (int i = 0; i < START_RACERS; i++) {
+        racers[i] = (start_racer){.t = t, .go = &go};
+        if (pthread_create(&threads[i], NULL, start_race, &racers[i]) != 0) {
+            fail("start race: pthread_create failed");
+            return;
+        }
+    }
+    atomic_store(&go, true);
+    sleep_ns(200000); /* some schedules are refused first */
+    if (hwt_timer_start(t) != 0)
+        fail("start race: hwt_timer_start failed");
+    for (int i = 0; i < START_RACERS; i++)
+        pthread_join(threads[i], NULL);
+    int64_t rel = hwt_monotonic_ns(NULL) - hwt_timer_start_time(t);
+    int returned = 0;
+    for (hwt_timeout *to = hwt_timer_stop(t); to; to = hwt_timeout_of(to->link.next))
+        returned++;
+    if (returned != START_RACERS * START_ITEMS)
+        fail("start race: stop returned %d timeouts of %d", returned, START_RACERS * START_ITEMS);
+    for (int i = 0; i < START_RACERS; i++) {
+        for (int k = 0; k < START_ITEMS; k++) {
+            int64_t d = hwt_timeout_deadline(&racers[i].tos[k]);
+            if (d > rel + START_DELAY || d < START_DELAY)
+                fail("start race: a deadline %" PRId64 " ns from the start, not within %" PRId64
+                     " ns of the delay",
+                     d, rel);
+        }
+    }
+    hwt_timer_take_released(t);
+    hwt_timer_decref(t);
+}
+
 int main(int argc, char **argv)
 {
     uint64_t seed = argc > 1 ? strtoull(argv[1], NULL, 0) : (uint64_t)time(NULL);
@@ -890,6 +971,7 @@ int main(int argc, char **argv)
     signal(SIGALRM, on_watchdog);
     alarm(WATCHDOG_SECONDS);
     printf("stress_core: seed %" PRIu64 ", %d rounds\n", seed, rounds);
+    start_race_round();
     for (int i = 0; i < rounds && !atomic_load(&failures); i++) {
         run_round(&kinds[i % (int)(sizeof(kinds) / sizeof(kinds[0]))], seed + (uint64_t)i);
         if (!atomic_load(&failures))
