@@ -9,11 +9,14 @@ the C sources, the cheapest guard there is against a call that goes up
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 SRC = Path(__file__).resolve().parent.parent / "src"
+VALGRIND_SH = SRC.parent / "scripts" / "valgrind.sh"
 
 # A file-scope definition: a function, a type spec or a variable, not static.
 DEFINITION = re.compile(
@@ -119,3 +122,58 @@ def test_module_state_holds_references_only_through_its_list() -> None:
     for function in ("module_traverse", "module_clear"):
         body = module.split(f"static int {function}(", 1)[1].split("\n}\n", 1)[0]
         assert "HWTIMER_STATE_REFS(" in body, function
+
+
+def valgrind_verdict(tmp_path: Path, report: str) -> subprocess.CompletedProcess[str]:
+    """Runs scripts/valgrind.sh's judge of a memcheck report on `report`,
+    with the arguments the script gives it."""
+    if not VALGRIND_SH.exists():
+        pytest.skip("scripts/valgrind.sh is not beside these tests")
+    script = VALGRIND_SH.read_text()
+    call, judge = script.split("<<'PY'", 1)
+    judge = judge.split("\n", 1)[1].split("\nPY\n", 1)[0]
+    args = call.rsplit("\n", 1)[1].split('"$venv/bin/python" - ', 1)[1].split()
+    values = {
+        '"$log"': str(tmp_path / "memcheck.log"),
+        '"${HWTIMER_VG_VERBOSE:-0}"': "0",
+        '"$root/src"': str(SRC),
+    }
+    assert all(arg in values for arg in args), args
+    (tmp_path / "memcheck.log").write_text(report)
+    return subprocess.run(
+        [sys.executable, "-c", judge, *(values[arg] for arg in args)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+MEMCHECK_ERROR = """\
+==4242== Invalid read of size 8
+==4242==    at 0x4F1A2B3: {function} ({file}:{line})
+==4242==    by 0x4A3B2C1: _PyObject_MakeTpCall (call.c:214)
+==4242==    by 0x4A3B9D0: _PyEval_EvalFrameDefault (ceval.c:4769)
+==4242==  Address 0x6d2e0f8 is 8 bytes inside a block of size 64 free'd
+==4242==    at 0x48431EF: free (vg_replace_malloc.c:872)
+==4242==    by 0x4A0C3B5: dict_dealloc (dictobject.c:2355)
+==4242==
+"""
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in SRC.glob("*.[ch]")))
+def test_valgrind_sh_counts_an_error_in_each_source_file_as_hwtimer_s(
+    tmp_path: Path, name: str
+) -> None:
+    # memcheck names a frame's file without its directory: every file of
+    # src/, not a list of some, must make an error hwtimer's.
+    report = MEMCHECK_ERROR.format(function="hwtimer_something", file=name, line=123)
+    proc = valgrind_verdict(tmp_path, report)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "1 memcheck errors, 1 with a hwtimer frame" in proc.stdout
+
+
+def test_valgrind_sh_passes_an_error_wholly_inside_cpython(tmp_path: Path) -> None:
+    report = MEMCHECK_ERROR.format(function="PyDict_GetItem", file="dictobject.c", line=1811)
+    proc = valgrind_verdict(tmp_path, report)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "1 memcheck errors, 0 with a hwtimer frame" in proc.stdout
