@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import signal
 import sys
 import time
 from typing import Any, Callable
@@ -252,11 +253,20 @@ def main(argv: list[str] | None = None) -> int:
         loop = uvloop.new_event_loop()
     else:
         loop = asyncio.new_event_loop()
+    main_task = loop.create_task(demo() if args.demo else serve(args))
+    # Ctrl-C cancels that task, so that serve() closes the service while the
+    # loop runs, rather than raising KeyboardInterrupt in whatever code ran
+    loop.add_signal_handler(signal.SIGINT, main_task.cancel)
     try:
-        loop.run_until_complete(demo() if args.demo else serve(args))
-    except KeyboardInterrupt:
+        loop.run_until_complete(main_task)
+    except asyncio.CancelledError:
         pass
     finally:
+        # the connections' tasks: close() closed their connections, so each
+        # ends at its next read (or once its request has timed out)
+        rest = asyncio.all_tasks(loop)
+        if rest:
+            loop.run_until_complete(asyncio.wait(rest))
         loop.close()
     return 0
 

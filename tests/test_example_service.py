@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
+import socket
 import subprocess
 import sys
 import time
@@ -189,3 +191,41 @@ def test_script_demo() -> None:
     assert "ECHO hello -> hello" in result.stdout
     assert "ERR timeout" in result.stdout
     assert "BYE idle" in result.stdout
+
+
+def test_script_stops_on_ctrl_c_closing_the_service() -> None:
+    # Ctrl-C ends the server as it says it does: serve()'s close() runs on
+    # the open loop, and nothing is left pending to complain at exit.
+    env = dict(os.environ)
+    package_root = os.path.dirname(os.path.dirname(os.path.abspath(hwtimer.__file__)))
+    env["PYTHONPATH"] = package_root + os.pathsep + env.get("PYTHONPATH", "")
+    # SIGINT as an interactive shell leaves it, even if this process ignores it
+    code = (
+        "import runpy, signal, sys\n"
+        "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+        f"sys.argv = [{str(EXAMPLE)!r}, '--port', '0']\n"
+        f"runpy.run_path({str(EXAMPLE)!r}, run_name='__main__')\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert proc.stdout is not None
+        first = proc.stdout.readline()
+        assert first.startswith("serving on "), first
+        host, port = first.split()[2].rsplit(":", 1)
+        with socket.create_connection((host, int(port)), timeout=SOON) as sock:
+            sock.sendall(b"PING\n")
+            assert sock.makefile("rb").readline() == b"PONG\n"
+            proc.send_signal(signal.SIGINT)
+            out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    assert err == ""
