@@ -194,6 +194,9 @@ struct hwt_timer {
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static hwt_timer *registry;
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+/* what pthread_atfork() returned: without the handlers a child of fork()
+   would inherit locks held by other threads, so no timer is made */
+static int atfork_err;
 
 static void lock_timer_for_fork(hwt_timer *t)
 {
@@ -253,7 +256,7 @@ static void atfork_child(void)
 
 static void install_atfork(void)
 {
-    pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+    atfork_err = pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
 }
 
 /* ---- small helpers ---- */
@@ -778,6 +781,10 @@ hwt_timer *hwt_timer_new(const hwt_config *config)
         return NULL;
     }
     pthread_once(&atfork_once, install_atfork);
+    if (atfork_err) {
+        errno = atfork_err;
+        return NULL;
+    }
     hwt_timer *t = calloc(1, sizeof(*t));
     if (!t) {
         errno = ENOMEM;

@@ -189,7 +189,8 @@ int64_t hwt_monotonic_ns(void *unused);
 
 /* Returns a new stopped timer, or NULL with errno set: EINVAL for a bad
    config, ENOMEM, or the error of the pthread call that failed (what was
-   made before it is undone).  It holds one reference, dropped by
+   made before it is undone; a failure of the process's one
+   pthread_atfork() call fails every timer after it).  It holds one reference, dropped by
    hwt_timer_decref. */
 hwt_timer *hwt_timer_new(const hwt_config *config);
 void hwt_timer_incref(hwt_timer *t);

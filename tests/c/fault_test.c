@@ -9,6 +9,8 @@
  * that cannot make a timer's condition variables again says so at start.
  * A start that the embedder takes back (hwt_timer_unstart, when its own
  * part of a start fails) keeps every timeout for the next start or stop.
+ * It defines pthread_atfork too: when the core's one call of it fails, in a
+ * child process that has made no timer yet, every hwt_timer_new fails.
  *
  * Usage: fault_test.  Exits 0 when every check holds.
  */
@@ -92,6 +94,32 @@ WRAP_INIT(pthread_condattr_init, live_attr, (pthread_condattr_t *a), (a))
 WRAP_DESTROY(pthread_condattr_destroy, live_attr, pthread_condattr_t)
 WRAP_INIT(pthread_condattr_setclock, live_clock, (pthread_condattr_t *a, clockid_t clock),
           (a, clock))
+
+/* glibc's pthread_atfork is a static stub over this, linked into each
+   program (and so replaceable by the program's own); other C libraries
+   export pthread_atfork itself. */
+#ifdef __GLIBC__
+extern int __register_atfork(void (*)(void), void (*)(void), void (*)(void), void *);
+extern void *__dso_handle;
+#endif
+
+static int fail_atfork; /* pthread_atfork fails with ENOMEM */
+static int atfork_calls;
+
+int pthread_atfork(void (*prepare)(void), void (*parent)(void), void (*child)(void))
+{
+    atfork_calls++;
+    if (fail_atfork)
+        return ENOMEM;
+#ifdef __GLIBC__
+    return __register_atfork(prepare, parent, child, __dso_handle);
+#else
+    static int (*fn)(void (*)(void), void (*)(void), void (*)(void));
+    if (!fn)
+        fn = (int (*)(void (*)(void), void (*)(void), void (*)(void)))real("pthread_atfork");
+    return fn(prepare, parent, child);
+#endif
+}
 
 static const hwt_config config = {.tick_ns = 1000000, .ticks_per_wheel = 64};
 
@@ -256,8 +284,36 @@ static void check_round_ticks(void)
           errno);
 }
 
+/* In a child that has made no timer: the core's pthread_atfork call fails,
+   and so does every hwt_timer_new, without making anything. */
+static void check_atfork_failure(void)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        fail_atfork = 1;
+        for (int i = 0; i < 2; i++) {
+            errno = 0;
+            hwt_timer *t = hwt_timer_new(&config);
+            if (t || errno != ENOMEM || live_mutex || live_cond || live_attr) {
+                fprintf(stderr,
+                        "fault_test: hwt_timer_new %d after a failed pthread_atfork: %p, "
+                        "errno %d\n",
+                        i, (void *)t, errno);
+                _exit(1);
+            }
+        }
+        _exit(atfork_calls == 1 ? 0 : 2);
+    }
+    int status = 0;
+    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid, "fork failed");
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+          "a failed pthread_atfork: the child's check ended with status %d", status);
+}
+
 int main(void)
 {
+    /* first: the core calls pthread_atfork once in a process, at its first timer */
+    check_atfork_failure();
     int points = check_timer_new();
     /* 3 mutexes, 2 sinks' mutex and condition variable: at least 7 */
     CHECK(points >= 7, "hwt_timer_new made %d objects, expected at least 7", points);
@@ -269,8 +325,8 @@ int main(void)
         fprintf(stderr, "fault_test: %d checks failed\n", checks_failed);
         return 1;
     }
-    printf("fault_test: %d failure points of hwt_timer_new, sink init, fork, unstart and "
-           "rounding passed\n",
+    printf("fault_test: %d failure points of hwt_timer_new, pthread_atfork, sink init, fork, "
+           "unstart and rounding passed\n",
            points);
     return 0;
 }
