@@ -494,6 +494,12 @@ extern PyType_Spec hwtimer_loop_timeout_spec;
 /* Returns the sink's loop (a new reference), or NULL, with no exception,
    once it has been collected. */
 PyObject *hwtimer_sink_loop(LoopSinkObject *self);
+/* Whether `loop` is closed: whether its is_closed() is true, as asyncio
+   asks (0, None or any other false value means open).  An is_closed()
+   that raises counts as open, its error written as unraisable: what waits
+   on the loop stays with it, never dropped unseen (a loop closed indeed
+   refuses what is handed to it).  Call it with no exception set. */
+bool hwtimer_loop_closed(PyObject *loop);
 /* Links a scheduled call_later() timeout into its sink's list. */
 void hwtimer_loop_sink_track(LoopTimeoutObject *to);
 /* Unlinks it (from its dealloc). */

@@ -23,15 +23,12 @@ static void loop_sink_wake(hwt_sink *s)
     hwt_wakefd_signal(s->wake_fd);
 }
 
-/* Returns whether the sink's loop is alive and not closed. */
+/* Returns whether the sink's loop is alive and not closed (as
+   hwtimer_loop_closed() tells). */
 static bool loop_is_open(LoopSinkObject *self)
 {
     PyObject *loop = hwtimer_sink_loop(self);
-    PyObject *closed = loop ? PyObject_CallMethod(loop, "is_closed", NULL) : NULL;
-    if (loop && !closed)
-        PyErr_Clear(); /* a loop that cannot say is of no use */
-    bool open = closed == Py_False;
-    Py_XDECREF(closed);
+    bool open = loop && !hwtimer_loop_closed(loop);
     Py_XDECREF(loop);
     return open;
 }

@@ -34,6 +34,18 @@ PyObject *hwtimer_sink_loop(LoopSinkObject *self)
     return loop;
 }
 
+bool hwtimer_loop_closed(PyObject *loop)
+{
+    PyObject *method = PyObject_GetAttrString(loop, "is_closed");
+    PyObject *answer = method ? PyObject_CallNoArgs(method) : NULL;
+    int closed = answer ? PyObject_IsTrue(answer) : -1;
+    if (closed < 0)
+        PyErr_WriteUnraisable(method ? method : loop);
+    Py_XDECREF(answer);
+    Py_XDECREF(method);
+    return closed > 0;
+}
+
 void hwtimer_loop_sink_track(LoopTimeoutObject *to)
 {
     LoopSinkObject *s = to->sink;
@@ -153,16 +165,14 @@ void hwtimer_loop_timeout_stopped(LoopTimeoutObject *to)
     PyObject *loop = hwtimer_sink_loop(to->sink);
     /* asked first, so that a closed loop is not touched; one that closes
        meanwhile refuses the call with RuntimeError */
-    PyObject *closed = loop ? PyObject_CallMethod(loop, "is_closed", NULL) : NULL;
-    PyObject *moved =
-        closed == Py_False ? PyObject_GetAttrString((PyObject *)to, "_stopped") : NULL;
+    bool open = loop && !hwtimer_loop_closed(loop);
+    PyObject *moved = open ? PyObject_GetAttrString((PyObject *)to, "_stopped") : NULL;
     PyObject *r = moved ? PyObject_CallMethod(loop, "call_soon_threadsafe", "O", moved) : NULL;
-    if (!r && closed == Py_False && !PyErr_ExceptionMatches(PyExc_RuntimeError))
+    if (!r && open && !PyErr_ExceptionMatches(PyExc_RuntimeError))
         PyErr_WriteUnraisable((PyObject *)to);
     PyErr_Clear(); /* else the loop is gone or closed: nothing waits there */
     Py_XDECREF(r);
     Py_XDECREF(moved);
-    Py_XDECREF(closed);
     Py_XDECREF(loop);
     PyErr_Restore(type, value, tb);
 }

@@ -464,6 +464,105 @@ def test_closing_a_loop_cancels_callbacks_that_hold_it(kind: str) -> None:
         timer.stop()
 
 
+class _FalseLike:
+    """A false value that is not False, as a numpy bool is."""
+
+    def __bool__(self) -> bool:
+        return False
+
+
+class _OddClosedLoop(asyncio.SelectorEventLoop):
+    """A loop whose is_closed() answers as a third-party loop may: true when
+    closed, and while open with `open_answer`, a false value that may not
+    be False; or, once `fail` is set, with an error."""
+
+    open_answer: object = False
+    fail = False
+
+    def is_closed(self) -> Any:
+        if self.fail:
+            self.fail = False
+            raise ValueError("is_closed() failed")
+        return super().is_closed() or self.open_answer
+
+
+_OPEN_ANSWERS = [
+    pytest.param(0, id="0"),
+    pytest.param(None, id="None"),
+    pytest.param(_FalseLike(), id="false-like"),
+    pytest.param(ValueError, id="raises"),
+]
+
+
+def _odd_loop(answer: object) -> _OddClosedLoop:
+    """A loop answering `answer`; for ValueError, the test sets `fail` once
+    it has scheduled its work (call_later() asks is_closed() too)."""
+    loop = _OddClosedLoop()
+    if answer is not ValueError:
+        loop.open_answer = answer
+    return loop
+
+
+@pytest.mark.parametrize("answer", _OPEN_ANSWERS)
+def test_loop_open_by_the_truth_of_is_closed(
+    answer: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A loop is closed when is_closed() is true, as asyncio asks: one that
+    # answers 0, None or another false value is open, and keeps its
+    # callbacks when another loop first uses the timer (which looks for
+    # closed loops).  One whose is_closed() raises keeps them too, and the
+    # error is reported, not taken for a close.
+    unraisable: list[Any] = []
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+    timer = hwtimer.HashedWheelTimer(0.005, 64)
+    loop = _odd_loop(answer)
+
+    async def main() -> str:
+        done = loop.create_future()
+        handle = timer.call_later(0.05, done.set_result, "ran")
+        loop.fail = answer is ValueError
+        with event_loop() as other:
+            timer.call_later(3600, print, loop=other)
+        assert not handle.is_cancelled()
+        return await asyncio.wait_for(done, SOON)
+
+    try:
+        assert loop.run_until_complete(main()) == "ran"
+    finally:
+        loop.close()
+        timer.stop()
+    errors = [type(u.exc_value) for u in unraisable]
+    assert errors == ([ValueError] if answer is ValueError else [])
+
+
+@pytest.mark.parametrize("answer", _OPEN_ANSWERS)
+def test_sleep_outlives_its_timers_stop_by_the_truth_of_is_closed(
+    answer: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # stop() hands a pending sleep() to its loop unless the loop is closed:
+    # is_closed() false, whatever false value it is, means open.  One that
+    # raises is reported, and the sleep still ends.
+    unraisable: list[Any] = []
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+    timer = hwtimer.HashedWheelTimer(0.005, 64)
+    loop = _odd_loop(answer)
+
+    async def main() -> str:
+        task = asyncio.ensure_future(hwtimer.sleep(0.2, "woke", timer=timer))
+        await asyncio.sleep(0)  # its deadline is on the wheel
+        loop.fail = answer is ValueError
+        assert timer.stop() == []
+        return await asyncio.wait_for(task, SOON)
+
+    try:
+        assert loop.run_until_complete(main()) == "woke"
+    finally:
+        loop.close()
+        timer.stop()
+    errors = [type(u.exc_value) for u in unraisable]
+    assert errors == ([ValueError] if answer is ValueError else [])
+
+
 def test_loop_not_running_then_resumed(new_loop: Any) -> None:
     # Callbacks that fall due between two run_until_complete calls run when
     # the loop runs again.
