@@ -68,8 +68,11 @@ void hwtimer_loop_sink_untrack(LoopTimeoutObject *to)
     to->sink_prev = to->sink_next = NULL;
 }
 
-/* Reports a failed callback as asyncio reports a failed handle. */
-static void report_error(LoopSinkObject *self, PyObject *timeout)
+/* Reports a failed callback as asyncio reports a failed handle.  Returns
+   0, or -1 with the KeyboardInterrupt or SystemExit that the loop's
+   exception handler raised: asyncio lets those out of
+   call_exception_handler(), and so out of the loop. */
+static int report_error(LoopSinkObject *self, PyObject *timeout)
 {
     PyObject *type, *exc, *tb;
     PyErr_Fetch(&type, &exc, &tb);
@@ -85,9 +88,21 @@ static void report_error(LoopSinkObject *self, PyObject *timeout)
     PyObject *ctx = msg ? Py_BuildValue("{s:O,s:O,s:O}", "message", msg, "exception",
                                         exc ? exc : Py_None, "handle", timeout)
                         : NULL;
+    /* called with the callback's exception as the one being handled, as
+       asyncio's handle calls it from its except clause: what the handler
+       raises has it for __context__ */
+    PyObject *saved_type, *saved, *saved_tb;
+    PyErr_GetExcInfo(&saved_type, &saved, &saved_tb);
+    Py_XINCREF(type);
+    Py_XINCREF(exc);
+    Py_XINCREF(tb);
+    PyErr_SetExcInfo(type, exc, tb);
     PyObject *r =
         ctx && loop ? PyObject_CallMethod(loop, "call_exception_handler", "O", ctx) : NULL;
-    if (!r)
+    PyErr_SetExcInfo(saved_type, saved, saved_tb);
+    bool let_out = !r && (PyErr_ExceptionMatches(PyExc_KeyboardInterrupt) ||
+                          PyErr_ExceptionMatches(PyExc_SystemExit));
+    if (!r && !let_out)
         PyErr_WriteUnraisable(timeout);
     Py_XDECREF(r);
     Py_XDECREF(loop);
@@ -96,6 +111,7 @@ static void report_error(LoopSinkObject *self, PyObject *timeout)
     Py_XDECREF(type);
     Py_XDECREF(exc);
     Py_XDECREF(tb);
+    return let_out ? -1 : 0;
 }
 
 #ifdef Py_LIMITED_API
@@ -154,8 +170,7 @@ int hwtimer_loop_report(LoopTimeoutObject *to)
 {
     if (PyErr_ExceptionMatches(PyExc_KeyboardInterrupt) || PyErr_ExceptionMatches(PyExc_SystemExit))
         return -1;
-    report_error(to->sink, (PyObject *)to);
-    return 0;
+    return report_error(to->sink, (PyObject *)to);
 }
 
 void hwtimer_loop_timeout_stopped(LoopTimeoutObject *to)

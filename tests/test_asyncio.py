@@ -277,6 +277,41 @@ def test_call_later_exception_goes_to_loop_handler(run: Any) -> None:
     run(main)
 
 
+@pytest.mark.parametrize("exc_type", [KeyboardInterrupt, SystemExit])
+@pytest.mark.parametrize("source", ["asyncio", "hwtimer"])
+def test_exception_handler_raising_keyboard_interrupt_stops_the_loop(
+    new_loop: Any, source: str, exc_type: type[BaseException]
+) -> None:
+    # An exception handler that raises KeyboardInterrupt or SystemExit for
+    # a failed callback stops the loop with it, as asyncio's own
+    # loop.call_later() callbacks do: it is not swallowed.
+    timer = hwtimer.HashedWheelTimer(0.005, 64)
+    handled: list[BaseException] = []
+
+    def handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        handled.append(context["exception"])
+        raise exc_type
+
+    def fail() -> None:
+        raise ValueError("boom")
+
+    try:
+        with event_loop(new_loop) as loop:
+            loop.set_exception_handler(handler)
+            if source == "asyncio":
+                loop.call_later(0.01, fail)
+            else:
+                timer.call_later(0.01, fail, loop=loop)
+            guard = loop.call_later(SOON, loop.stop)
+            with pytest.raises(exc_type) as raised:
+                loop.run_forever()
+            guard.cancel()
+    finally:
+        timer.stop()
+    assert [type(exc) for exc in handled] == [ValueError]
+    assert isinstance(raised.value.__context__, ValueError)
+
+
 def test_call_later_from_other_thread(run: Any) -> None:
     async def main() -> None:
         loop = asyncio.get_running_loop()
