@@ -206,6 +206,9 @@ struct TimerObject {
        them to stopped_periodic, where the cyclic GC sees them) */
     hwt_timeout *stop_left;
     pid_t stop_waiter; /* the process whose stop() call waits to return them, or 0 */
+    /* in its dealloc, which lets the atexit hook find it running while a
+       warning runs Python code: no Python code may be handed it then */
+    bool dying;
     /* A ManualTimer (hwtimer.testing): no threads; its core reads the
        clock below, which only advance() moves, under advance_lock. */
     bool manual;
@@ -621,6 +624,10 @@ void hwtimer_manual_unlock(TimerObject *timer);
 /* Stops `timer` and returns the list stop() returns (new reference), or
    NULL with an exception. */
 PyObject *hwtimer_timer_stop(TimerObject *timer);
+/* Stops `timer` with the stop() its type has: a subclass's override,
+   called as a method, or the built-in one (with its checks).  Returns what
+   it returns, or NULL with an exception. */
+PyObject *hwtimer_timer_own_stop(TimerObject *timer);
 /* Schedules callback(*args) (args a tuple) on `loop` in `context` (NULL: a
    copy of the current one).  Returns a new LoopTimeout or NULL. */
 PyObject *hwtimer_call_later(TimerObject *self, int64_t delay, PyObject *callback, PyObject *args,

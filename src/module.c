@@ -81,7 +81,11 @@ static PyObject *follow_loop_time(PyObject *module, PyObject *on)
     return PyBool_FromLong(was);
 }
 
-/* Stops every running timer; registered with atexit. */
+/* Stops every running timer; registered with atexit.  A timer's own
+   stop() (a subclass's override) is called, as at the end of a with
+   block; if it raises, its error is reported, and if it raises or leaves
+   the timer running, the built-in stop() stops it, so that no dispatch
+   thread outlives the interpreter. */
 static PyObject *stop_all(PyObject *module, PyObject *unused)
 {
     (void)unused;
@@ -90,10 +94,16 @@ static PyObject *stop_all(PyObject *module, PyObject *unused)
     while (st->running_timers) {
         TimerObject *timer = st->running_timers;
         Py_INCREF(timer);
-        PyObject *r = hwtimer_timer_stop(timer);
+        PyObject *r = timer->dying ? hwtimer_timer_stop(timer) : hwtimer_timer_own_stop(timer);
         if (!r)
             PyErr_WriteUnraisable((PyObject *)timer);
         Py_XDECREF(r);
+        if (timer->running) {
+            r = hwtimer_timer_stop(timer);
+            if (!r)
+                PyErr_WriteUnraisable((PyObject *)timer);
+            Py_XDECREF(r);
+        }
         Py_DECREF(timer);
     }
     Py_RETURN_NONE;

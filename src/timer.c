@@ -617,6 +617,32 @@ static PyObject *timer_stop(TimerObject *self, PyObject *unused)
     return hwtimer_timer_stop(self);
 }
 
+/* 1 if the type of `self` has a stop() of its own (a subclass's
+   override), 0 if it has the built-in one, -1 with an error. */
+static int has_own_stop(TimerObject *self)
+{
+    hwtimer_state *st = self->module_state;
+    PyTypeObject *tp = Py_TYPE(self);
+    if (tp == st->timer_type || tp == st->manual_type)
+        return 0;
+    PyObject *own = PyObject_GetAttrString((PyObject *)tp, "stop");
+    if (!own)
+        return -1;
+    PyObject *builtin = PyObject_GetAttrString((PyObject *)st->timer_type, "stop");
+    int r = builtin ? own != builtin : -1;
+    Py_DECREF(own);
+    Py_XDECREF(builtin);
+    return r;
+}
+
+PyObject *hwtimer_timer_own_stop(TimerObject *self)
+{
+    int own = has_own_stop(self);
+    if (own < 0)
+        return NULL;
+    return own ? PyObject_CallMethod((PyObject *)self, "stop", NULL) : timer_stop(self, NULL);
+}
+
 static PyObject *timer_new_timeout(TimerObject *self, PyObject *const *args, Py_ssize_t nargs,
                                    PyObject *kwnames)
 {
@@ -904,7 +930,7 @@ static PyObject *timer_enter(TimerObject *self, PyObject *unused)
 static PyObject *timer_exit(TimerObject *self, PyObject *args)
 {
     (void)args;
-    PyObject *r = timer_stop(self, NULL);
+    PyObject *r = hwtimer_timer_own_stop(self);
     if (!r)
         return NULL;
     Py_DECREF(r);
@@ -1043,6 +1069,7 @@ static void timer_dealloc(TimerObject *self)
        called from a dealloc does, so that the hook's reference, taken and
        dropped, does not deallocate it a second time. */
     Py_SET_REFCNT(self, 1);
+    self->dying = true;
     stop_unstopped(self, NULL);
     Py_SET_REFCNT(self, 0);
     running_remove(self);

@@ -363,6 +363,52 @@ def test_exit_with_executor_tasks_in_flight() -> None:
         assert proc.stderr == ""
 
 
+def test_exit_hook_calls_a_subclass_stop() -> None:
+    """At interpreter exit a timer whose class overrides stop() is stopped
+    by its override, as a with block would stop it; an override that
+    raises is reported, and the built-in stop() then stops that timer all
+    the same, as it does one that the override left running, and the other
+    timers are stopped too: no dispatch thread outlives the interpreter."""
+    code = """
+        import sys, threading, hwtimer
+
+        class Flushing(hwtimer.HashedWheelTimer):
+            def stop(self):
+                left = super().stop()
+                print(f"flushed {len(left)}", flush=True)
+                return left
+
+        class Raising(hwtimer.HashedWheelTimer):
+            def stop(self):
+                raise ValueError("cannot stop")
+
+        class Lazy(hwtimer.HashedWheelTimer):
+            def stop(self):
+                return []  # leaves it running
+
+        def ran(timeout):
+            print("ran", flush=True)
+
+        def unraisable(args):
+            print(f"unraisable {args.exc_type.__name__}: {args.exc_value}", flush=True)
+
+        sys.unraisablehook = unraisable
+        timers = [Raising(0.01), Lazy(0.01), Flushing(0.01), hwtimer.HashedWheelTimer(0.01)]
+        for timer in timers:
+            timer.new_timeout(ran, 60)
+        done = threading.Event()
+        timers[0].new_timeout(lambda t: done.set(), 0)
+        done.wait(10)
+        print("ready", flush=True)
+    """
+    proc = run_python(code, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "ready", proc.stdout
+    assert sorted(lines[1:]) == ["flushed 1", "unraisable ValueError: cannot stop"], proc.stdout
+    assert proc.stderr == ""
+
+
 # ---- fork ----
 
 FORK_PRELUDE = """

@@ -326,6 +326,40 @@ def test_a_subclass_passes_its_arguments_on_to_the_base_init() -> None:
         HashedWheelTimer.__init__(timer, 0.1, 512, 0)
 
 
+def test_with_block_calls_a_subclass_stop() -> None:
+    """A subclass that overrides stop() (to log, to flush) has it called at
+    the end of a with block, as a context manager written in Python would;
+    a subclass that does not is stopped by the built-in one."""
+    calls = []
+
+    class Logged(HashedWheelTimer):
+        def stop(self) -> list[Timeout]:
+            left = super().stop()
+            calls.append(len(left))
+            return left
+
+    with Logged(0.01) as timer:
+        timer.new_timeout(lambda t: None, 60)
+    assert calls == [1]
+    assert " stopped," in repr(timer)
+
+    class Plain(HashedWheelTimer):
+        pass
+
+    with Plain(0.01) as plain:
+        plain.start()
+    assert " stopped," in repr(plain)
+
+    class Refusing(HashedWheelTimer):
+        def stop(self) -> list[Timeout]:
+            raise ValueError("refused")
+
+    refusing = Refusing(0.01)
+    with pytest.raises(ValueError, match="refused"), refusing:
+        refusing.start()
+    HashedWheelTimer.stop(refusing)
+
+
 # ---- start() ----
 
 
