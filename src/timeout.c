@@ -163,6 +163,11 @@ static PyObject *timeout_reset(TimeoutObject *self, PyObject *delay)
     int64_t ns;
     if (hwtimer_parse_delay(TIMER_OF(self)->module_state, delay, "delay", &ns) < 0)
         return NULL;
+    /* a timer started before fork() has no worker in this child: nothing
+       of it runs here, so nothing is re-armed (and new_timeout() there,
+       which False calls for, says why) */
+    if (hwt_timer_orphaned(self->node.sink->timer))
+        Py_RETURN_FALSE;
     int r = hwt_timeout_reset(&self->node, ns);
     if (r != HWT_OK && r != HWT_EFINAL) {
         hwtimer_core_error(TIMER_OF(self), r, "reset a timeout");

@@ -511,6 +511,53 @@ def test_forked_child_uses_timers_and_inherited_timer_is_refused() -> None:
     assert proc.stderr == ""
 
 
+def test_forked_child_cannot_reset_an_inherited_timeout() -> None:
+    """A timeout of a timer started before fork() never runs in the child,
+    which has no worker for it: reset() there says False (nothing changes,
+    as new_timeout() would be refused), the timeout stays pending, and
+    cancel() and stop() deal with it as with the others."""
+    code = (
+        FORK_PRELUDE
+        + """
+    timer = hwtimer.HashedWheelTimer(0.01)
+    one_shot = timer.new_timeout(lambda t: None, 60)
+    periodic = timer.new_periodic(lambda t: None, 60)
+    other = timer.new_timeout(lambda t: None, 60)
+    deadlines = (one_shot.deadline, periodic.deadline)
+
+    pid = os.fork()
+    if pid == 0:
+        try:
+            check(one_shot.reset(1) is False, "reset() of an inherited one-shot said True")
+            check(periodic.reset(1) is False, "reset() of an inherited periodic said True")
+            check((one_shot.deadline, periodic.deadline) == deadlines, "a deadline moved")
+            check(not one_shot.is_expired() and not one_shot.is_cancelled(),
+                  "the one-shot is no longer pending")
+            check(other.cancel() is True, "cancel() of an inherited timeout said False")
+            check(sorted(map(id, timer.stop())) == sorted(map(id, (one_shot, periodic))),
+                  "stop() did not return the inherited timeouts")
+            check(one_shot.is_cancelled(), "stop() did not cancel the one-shot")
+        except BaseException:
+            import traceback
+            traceback.print_exc()
+            check(False, "raised (traceback above)")
+        sys.stderr.flush()
+        os._exit(child_status())
+
+    assert wait_child(pid) == 0
+    # in the parent, the timer goes on: reset() re-arms there
+    assert one_shot.reset(30) is True
+    assert periodic.reset(30) is True
+    assert len(timer.stop()) == 3
+    print("ok", flush=True)
+"""
+    )
+    proc = run_python(code, timeout=90)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "ok\n"
+    assert proc.stderr == ""
+
+
 def test_parents_default_timer_dropped_in_child_does_not_warn() -> None:
     """default_timer() is made anew in a child of fork(): the parent's,
     which the library itself lets go of there, is not an unstopped timer
