@@ -1017,10 +1017,10 @@ static int timer_traverse(TimerObject *self, visitproc visit, void *arg)
 
 /* Closes the loop sinks, which point back at this timer without a
    reference: before it goes, whether its last reference goes or the
-   cyclic GC clears it.  Closing them asks their loops is_closed(), and
-   clears what fails: the exception being raised, if any, is kept.  A
-   dealloc may run while one is: on 3.9 a coroutine's locals go after its
-   return value was set as StopIteration. */
+   cyclic GC clears it.  Closing them asks their loops is_closed(), whose
+   errors are written as unraisable: the exception being raised, if any,
+   is kept.  A dealloc may run while one is: on 3.9 a coroutine's locals
+   go after its return value was set as StopIteration. */
 static void close_loop_sinks(TimerObject *self)
 {
     if (!self->loop_sinks)
