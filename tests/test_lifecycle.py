@@ -451,7 +451,7 @@ def test_exit_hook_calls_a_subclass_stop() -> None:
 # ---- fork ----
 
 FORK_PRELUDE = """
-    import os, sys, threading, time, warnings
+    import contextlib, os, sys, threading, time, warnings
     # 3.12+ warns about fork() in a process with threads; that is the point
     warnings.filterwarnings("ignore", category=DeprecationWarning)
     import hwtimer
@@ -479,6 +479,17 @@ FORK_PRELUDE = """
     def child_status():
         return 1 if failed else 0
 
+    @contextlib.contextmanager
+    def reported():
+        # in a fork child: what the checks raise fails the child, with its
+        # traceback on stderr, instead of skipping its exit status
+        try:
+            yield
+        except BaseException:
+            import traceback
+            traceback.print_exc()
+            check(False, "raised (traceback above)")
+
     def fires(timer, delay=0.01, timeout=10):
         ev = threading.Event()
         timer.new_timeout(lambda t: ev.set(), delay)
@@ -498,7 +509,7 @@ def test_forked_child_uses_timers_and_inherited_timer_is_refused() -> None:
 
     pid = os.fork()
     if pid == 0:
-        try:
+        with reported():
             # the inherited timer has no worker here: refused, not hung,
             # in words that say why
             for what, call in (
@@ -528,10 +539,6 @@ def test_forked_child_uses_timers_and_inherited_timer_is_refused() -> None:
             with hwtimer.HashedWheelTimer(0.01) as timer:
                 check(fires(timer), "a new timer in the child did not fire")
                 timer.new_timeout(lambda t: None, 60)
-        except BaseException:
-            import traceback
-            traceback.print_exc()
-            check(False, "raised (traceback above)")
         sys.exit(child_status())  # a normal exit: the atexit hook runs in the child
 
     status = wait_child(pid)
@@ -566,7 +573,7 @@ def test_forked_child_cannot_reset_an_inherited_timeout() -> None:
 
     pid = os.fork()
     if pid == 0:
-        try:
+        with reported():
             check(one_shot.reset(1) is False, "reset() of an inherited one-shot said True")
             check(periodic.reset(1) is False, "reset() of an inherited periodic said True")
             check((one_shot.deadline, periodic.deadline) == deadlines, "a deadline moved")
@@ -576,10 +583,6 @@ def test_forked_child_cannot_reset_an_inherited_timeout() -> None:
             check(sorted(map(id, timer.stop())) == sorted(map(id, (one_shot, periodic))),
                   "stop() did not return the inherited timeouts")
             check(one_shot.is_cancelled(), "stop() did not cancel the one-shot")
-        except BaseException:
-            import traceback
-            traceback.print_exc()
-            check(False, "raised (traceback above)")
         sys.stderr.flush()
         os._exit(child_status())
 
@@ -614,14 +617,10 @@ def test_parents_default_timer_dropped_in_child_does_not_warn() -> None:
     def fork_and_drop(holder):
         pid = os.fork()
         if pid == 0:
-            try:
+            with reported():
                 del holder
                 gc.collect()
                 check(fires(hwtimer.default_timer()), "the child's default timer did not fire")
-            except BaseException:
-                import traceback
-                traceback.print_exc()
-                check(False, "raised (traceback above)")
             sys.stderr.flush()
             os._exit(child_status())
         assert wait_child(pid) == 0
@@ -697,7 +696,7 @@ FORK_UNDER_LOAD = (
         time.sleep(rng.uniform(0, 0.05))
         pid = os.fork()
         if pid == 0:
-            try:
+            with reported():
                 try:
                     timer.new_timeout(task, 0)
                     check(False, "new_timeout() on the inherited timer was accepted")
@@ -716,10 +715,6 @@ FORK_UNDER_LOAD = (
                 check(ok[0] == 1000, f"{ok[0]} of 1000 timeouts of a new timer fired")
                 for i in range(1000):
                     child.new_timeout(count, 5)  # left pending at exit
-            except BaseException:
-                import traceback
-                traceback.print_exc()
-                check(False, "raised (traceback above)")
             if int(sys.argv[1]) % 2:
                 sys.exit(child_status())  # normal exit, atexit hooks and all
             os._exit(child_status())
@@ -798,7 +793,7 @@ def test_fork_while_another_thread_advances_a_manual_timer() -> None:
     assert in_task.wait(10)
     pid = os.fork()
     if pid == 0:
-        try:
+        with reported():
             ran = []
             timer.new_timeout(ran.append, 0.001)
             timer.advance(0.01)
@@ -807,10 +802,6 @@ def test_fork_while_another_thread_advances_a_manual_timer() -> None:
             check(timer.stop() == [later], "stop() did not return the pending timeout")
             timer = ManualTimer()
             timer.new_timeout(ran.append, 5)  # the atexit hook stops it
-        except BaseException:
-            import traceback
-            traceback.print_exc()
-            check(False, "raised (traceback above)")
         sys.exit(child_status())
     status = wait_child(pid)
     advancing.join()
