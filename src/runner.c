@@ -199,9 +199,19 @@ static void keep_for_stop(TimerObject *timer, TimeoutObject *to)
 {
     if (timer->stop_collected)
         return;
-    if (!timer->stopped_periodic && !(timer->stopped_periodic = PyList_New(0))) {
-        PyErr_Clear(); /* it stays cancelled, only unlisted */
-        return;
+    if (!timer->stopped_periodic) {
+        /* A collection in PyList_New() can run a finalizer that releases
+           the GIL: a run that ends meanwhile makes the list (kept, not
+           replaced), or stop() returns it. */
+        PyObject *made = PyList_New(0);
+        if (!made)
+            PyErr_Clear(); /* it stays cancelled, only unlisted */
+        if (timer->stopped_periodic || timer->stop_collected)
+            Py_XDECREF(made);
+        else
+            timer->stopped_periodic = made;
+        if (!timer->stopped_periodic || timer->stop_collected)
+            return;
     }
     if (PyList_Append(timer->stopped_periodic, (PyObject *)to) < 0)
         PyErr_Clear();

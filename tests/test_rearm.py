@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import gc
 import logging
 import random
 import threading
@@ -455,6 +456,91 @@ def test_stop_returns_a_periodic_submitted_and_not_begun(make_timer) -> None:
         release.set()
     assert runs == []
     assert timer.pending_timeouts() == 0
+
+
+def test_stop_returns_periodics_whose_runs_end_together_on_the_executor(make_timer) -> None:
+    """Two executor runs that end while stop() waits for the dispatch thread
+    are both kept for it, also when the first one's list is made by an
+    allocation whose collection runs a finalizer that lets go of the GIL,
+    and the second run ends meanwhile."""
+    a_go, b_go, release = threading.Event(), threading.Event(), threading.Event()
+    started, blocked = threading.Semaphore(0), threading.Event()
+    futures: dict[str, object] = {}
+    a_thread: list[int] = []
+    hold = []
+
+    class Pool(ThreadPoolExecutor):
+        def submit(self, fn, /, *args, **kwargs):  # type: ignore[override]
+            if args and args[0] is late:
+                blocked.set()  # the dispatch thread waits here: so does stop()
+                release.wait(DEADLINE)
+            future = super().submit(fn, *args, **kwargs)
+            for name, p in (("a", pa), ("b", pb)):
+                if args and args[0] is p:
+                    futures[name] = future
+            return future
+
+    class Finalized:
+        def __del__(self) -> None:
+            # collected at the first allocation after a's run: b's run ends
+            # (and is kept for stop()) before that allocation returns
+            if a_thread and threading.get_ident() == a_thread[0]:
+                b_go.set()
+                assert wait_for(lambda: "b" in futures)
+                futures["b"].result(DEADLINE)  # type: ignore[attr-defined]
+
+    def task_a(to: hwtimer.Timeout) -> None:
+        started.release()
+        a_go.wait(DEADLINE)
+        gc.disable()
+        try:
+            hold.append([[] for _ in range(1000)])  # no free list to reuse, a collection due
+            f = Finalized()
+            f.cycle = f  # type: ignore[attr-defined]
+            del f
+            a_thread.append(threading.get_ident())
+        finally:
+            gc.enable()
+
+    def task_b(to: hwtimer.Timeout) -> None:
+        started.release()
+        b_go.wait(DEADLINE)
+
+    def ends_runs() -> None:
+        def stopped() -> bool:
+            try:
+                timer.new_timeout(str, 3600).cancel()
+            except RuntimeError:
+                return True
+            return False
+
+        assert wait_for(stopped)
+        a_go.set()
+        assert wait_for(lambda: "a" in futures)
+        futures["a"].result(DEADLINE)  # type: ignore[attr-defined]
+        b_go.set()
+        futures["b"].result(DEADLINE)  # type: ignore[attr-defined]
+        release.set()
+
+    late = None
+    with Pool(3) as pool:
+        timer = make_timer(executor=pool)
+        pa = timer.new_periodic(task_a, 0.01)
+        pb = timer.new_periodic(task_b, 0.01)
+        assert started.acquire(timeout=DEADLINE) and started.acquire(timeout=DEADLINE)
+        late = timer.new_timeout(str, 0.01)
+        assert blocked.wait(DEADLINE)
+        helper = threading.Thread(target=ends_runs)
+        helper.start()
+        try:
+            left = timer.stop()
+        finally:
+            a_go.set()
+            b_go.set()
+            release.set()
+            helper.join(DEADLINE)
+    assert sorted(map(id, left)) == sorted([id(pa), id(pb)])
+    assert pa.is_cancelled() and pb.is_cancelled()
 
 
 def test_periodic_runs_never_overlap_with_an_executor(make_timer) -> None:
