@@ -592,7 +592,13 @@ static PyObject *timer_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
    super().__init__(...), as object.__init__ would not let it. */
 static int timer_init(PyObject *self, PyObject *args, PyObject *kwds)
 {
-    (void)self;
+    /* As object.__init__: a subclass with a __new__ of its own is called
+       with that __new__'s arguments, which are not the constructor's */
+    hwtimer_state *st = ((TimerObject *)self)->module_state;
+    void *new_of = PyType_GetSlot(Py_TYPE(self), Py_tp_new);
+    if (new_of != PyType_GetSlot(st->timer_type, Py_tp_new) &&
+        new_of != PyType_GetSlot(st->manual_type, Py_tp_new))
+        return 0;
     PyObject *given[5];
     return hwtimer_bind_tuple(&timer_sig, args, kwds, given);
 }

@@ -326,6 +326,26 @@ def test_a_subclass_passes_its_arguments_on_to_the_base_init() -> None:
         HashedWheelTimer.__init__(timer, 0.1, 512, 0)
 
 
+def test_a_subclass_with_its_own_new_takes_its_own_arguments() -> None:
+    """A subclass whose __new__ takes other arguments than the constructor,
+    and that defines no __init__, is called with its own: the base's
+    __init__ leaves them to that __new__, as object.__init__ does."""
+
+    class Named(HashedWheelTimer):
+        def __new__(cls, name: str, **options: object) -> "Named":
+            timer = super().__new__(cls, 0.05, 16, thread_name=name)
+            timer.options = options
+            return timer
+
+    for timer in (Named("svc", color=1), Named(name="svc")):
+        try:
+            assert timer.thread_name == "svc"
+            assert timer.ticks_per_wheel == 16
+        finally:
+            timer.stop()
+    assert Named("svc", color=1).options == {"color": 1}
+
+
 def test_with_block_calls_a_subclass_stop() -> None:
     """A subclass that overrides stop() (to log, to flush) has it called at
     the end of a with block, as a context manager written in Python would;
