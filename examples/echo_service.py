@@ -203,21 +203,26 @@ async def demo() -> None:
     """Starts a service, shows the three behaviours, stops it."""
     service = EchoService(request_timeout=0.2, idle_timeout=1.0)
     await service.start()
-    host, port = service.address
-    print(f"serving on {host}:{port}")
-    reader, writer = await asyncio.open_connection(host, port)
-    print("ECHO hello ->", await _ask(reader, writer, "ECHO hello"))
-    print("SLEEP 0.05 ->", await _ask(reader, writer, "SLEEP 0.05"))
-    print("SLEEP 5    ->", await _ask(reader, writer, "SLEEP 5"), "(request timeout 0.2 s)")
-    for _ in range(3):
-        await asyncio.sleep(0.25)
-        print("PING       ->", await _ask(reader, writer, "PING"), "(keeps the connection alive)")
-    started = time.monotonic()
-    line = (await reader.readline()).decode().strip()
-    print(f"silent for {time.monotonic() - started:.2f} s ->", line)
-    print("then end of file:", await reader.read() == b"")
-    writer.close()
-    await service.close()
+    try:
+        host, port = service.address
+        print(f"serving on {host}:{port}")
+        reader, writer = await asyncio.open_connection(host, port)
+        try:
+            print("ECHO hello ->", await _ask(reader, writer, "ECHO hello"))
+            print("SLEEP 0.05 ->", await _ask(reader, writer, "SLEEP 0.05"))
+            print("SLEEP 5    ->", await _ask(reader, writer, "SLEEP 5"), "(request timeout 0.2 s)")
+            for _ in range(3):
+                await asyncio.sleep(0.25)
+                pong = await _ask(reader, writer, "PING")
+                print("PING       ->", pong, "(keeps the connection alive)")
+            started = time.monotonic()
+            line = (await reader.readline()).decode().strip()
+            print(f"silent for {time.monotonic() - started:.2f} s ->", line)
+            print("then end of file:", await reader.read() == b"")
+        finally:  # Ctrl-C cancels the demo: it closes what it opened all the same
+            writer.close()
+    finally:
+        await service.close()
     print("stats:", service.stats)
 
 

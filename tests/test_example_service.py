@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from conftest import load_example
 
 import hwtimer
@@ -193,9 +194,17 @@ def test_script_demo() -> None:
     assert "BYE idle" in result.stdout
 
 
-def test_script_stops_on_ctrl_c_closing_the_service() -> None:
-    # Ctrl-C ends the server as it says it does: serve()'s close() runs on
-    # the open loop, and nothing is left pending to complain at exit.
+@pytest.mark.parametrize(
+    ("args", "wait_for"),
+    [
+        pytest.param(["--port", "0"], "serving on ", id="serve"),
+        pytest.param(["--demo"], "ECHO hello -> ", id="demo"),
+    ],
+)
+def test_script_stops_on_ctrl_c_closing_the_service(args: list[str], wait_for: str) -> None:
+    # Ctrl-C ends the script as it says it does: the service (and the
+    # demo's own connection) close on the open loop, and nothing is left
+    # open or pending to complain at exit, ResourceWarnings shown.
     env = dict(os.environ)
     package_root = os.path.dirname(os.path.dirname(os.path.abspath(hwtimer.__file__)))
     env["PYTHONPATH"] = package_root + os.pathsep + env.get("PYTHONPATH", "")
@@ -203,11 +212,11 @@ def test_script_stops_on_ctrl_c_closing_the_service() -> None:
     code = (
         "import runpy, signal, sys\n"
         "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
-        f"sys.argv = [{str(EXAMPLE)!r}, '--port', '0']\n"
+        f"sys.argv = [{str(EXAMPLE)!r}, *{args!r}]\n"
         f"runpy.run_path({str(EXAMPLE)!r}, run_name='__main__')\n"
     )
     proc = subprocess.Popen(
-        [sys.executable, "-c", code],
+        [sys.executable, "-W", "always::ResourceWarning", "-c", code],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -218,9 +227,15 @@ def test_script_stops_on_ctrl_c_closing_the_service() -> None:
         first = proc.stdout.readline()
         assert first.startswith("serving on "), first
         host, port = first.split()[2].rsplit(":", 1)
-        with socket.create_connection((host, int(port)), timeout=SOON) as sock:
-            sock.sendall(b"PING\n")
-            assert sock.makefile("rb").readline() == b"PONG\n"
+        if wait_for == first[: len(wait_for)]:
+            with socket.create_connection((host, int(port)), timeout=SOON) as sock:
+                sock.sendall(b"PING\n")
+                assert sock.makefile("rb").readline() == b"PONG\n"
+                proc.send_signal(signal.SIGINT)
+                out, err = proc.communicate(timeout=60)
+        else:  # the demo's own client is connected and waiting
+            line = proc.stdout.readline()
+            assert line.startswith(wait_for), line
             proc.send_signal(signal.SIGINT)
             out, err = proc.communicate(timeout=60)
     finally:
