@@ -306,6 +306,10 @@ def test_exception_handler_raising_keyboard_interrupt_stops_the_loop(
             with pytest.raises(exc_type) as raised:
                 loop.run_forever()
             guard.cancel()
+            # a loop without readers: its posting thread may still be in
+            # call_soon_threadsafe()'s write to the loop's self-pipe, which
+            # closing the loop races (as with any thread's): read it first
+            loop.run_until_complete(asyncio.sleep(0.05))
     finally:
         timer.stop()
     assert [type(exc) for exc in handled] == [ValueError]
