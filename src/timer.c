@@ -325,42 +325,19 @@ static PyObject *stop_and_wait(TimerObject *self, DispatchObject *d)
     return stop_list(self, left);
 }
 
-/* stop() of a timer with no dispatcher, never started or whose start()
-   failed, with `d`, the dispatcher (owned) that it takes as its own for
-   others' stop() to wait on. */
-static PyObject *stop_unstarted(TimerObject *self, DispatchObject *d)
-{
-    d->abandoned = true;
-    self->dispatcher = (PyObject *)d;
-    hwt_timeout *left = hwt_timer_stop(self->core);
-    /* expired before a start() that failed took the worker down: run
-       here, as no dispatch thread will; a periodic one's re-arm finds the
-       timer stopped and keeps it for stop_list(), or it is handed to the
-       executor, where stop_list() finds it */
-    run_expired_here(self);
-    hwtimer_release_chain(hwt_timer_take_released(self->core));
-    PyObject *list = stop_list(self, left);
-    hwtimer_dispatch_mark_done(d);
-    return list;
-}
-
 PyObject *hwtimer_timer_stop(TimerObject *self)
 {
     if (self->manual)
         return manual_stop(self);
     if (!self->dispatcher) { /* never started, or its start() failed */
-        /* A dispatcher with no thread, done once this call has run what
-           it runs in a dispatch thread's place and made its list: a
-           stop() meanwhile in another thread waits for it, as it waits
-           for a started timer's dispatch thread, and then returns []. */
-        DispatchObject *d = hwtimer_dispatch_new(self);
-        if (!d)
-            return NULL;
-        /* that may run Python code (a GC), and so a start() in another
-           thread, which leaves it started: stopped as such below */
-        if (!self->dispatcher)
-            return stop_unstarted(self, d);
-        Py_DECREF(d);
+        hwt_timeout *left = hwt_timer_stop(self->core);
+        /* expired before a start() that failed took the worker down: run
+           here, as no dispatch thread will; a periodic one's re-arm finds
+           the timer stopped and keeps it for stop_list(), or it is handed
+           to the executor, where stop_list() finds it */
+        run_expired_here(self);
+        hwtimer_release_chain(hwt_timer_take_released(self->core));
+        return stop_list(self, left);
     }
     DispatchObject *d = (DispatchObject *)self->dispatcher;
     /* A dispatch thread that waits for another one must not be waited for

@@ -284,45 +284,6 @@ def test_stop_while_a_start_fails_runs_what_had_expired(make_timer, monkeypatch)
     assert timer.stop() == []
 
 
-def test_second_stop_after_a_start_that_failed_waits_for_the_first(make_timer, monkeypatch) -> None:
-    """Two stop() calls after a failed start(): the first runs what had
-    expired, as the dispatch thread would have; the second, from another
-    thread meanwhile, returns only once that has run, as it does for a
-    started timer, where it waits for the dispatch thread: not [] while
-    the first is still dealing with the timer's leftovers."""
-    timer = make_timer(0.001)
-    events: list = []
-    scheduled: list = []
-
-    def second_stop() -> None:
-        events.append(("second stop() returned", timer.stop()))
-
-    def blocking(timeout: Timeout) -> None:
-        second = threading.Thread(target=second_stop)
-        second.start()
-        scheduled.append(second)
-        second.join(1.0)  # it returns only after this task
-        events.append(("task ran", None))
-
-    def schedule() -> None:
-        scheduled.append(timer.new_timeout(blocking, 0))
-        scheduled.append(timer.new_timeout(lambda t: None, 3600))
-        assert wait_for(lambda: timer.stats()["ticks"] >= 1)  # expired
-
-    refuse_dispatch_thread(monkeypatch, schedule)
-    with pytest.raises(RuntimeError, match="can't start new thread"):
-        timer.start()
-    monkeypatch.undo()
-    first = timer.stop()
-    expired, pending, second = scheduled
-    second.join(DEADLINE)
-    assert not second.is_alive()
-    assert first == [pending]
-    assert expired.is_expired()
-    assert events == [("task ran", None), ("second stop() returned", [])]
-    assert timer.stop() == []
-
-
 @pytest.mark.skipif(not hasattr(signal, "SIGALRM"), reason="needs SIGALRM")
 def test_interrupted_stop_while_a_start_fails_still_runs_what_had_expired(
     monkeypatch,
