@@ -332,7 +332,7 @@ def test_a_subclass_with_its_own_new_takes_its_own_arguments() -> None:
     __init__ leaves them to that __new__, as object.__init__ does."""
 
     class Named(HashedWheelTimer):
-        def __new__(cls, name: str, **options: object) -> "Named":
+        def __new__(cls, name: str, **options: object) -> Named:
             timer = super().__new__(cls, 0.05, 16, thread_name=name)
             timer.options = options
             return timer
