@@ -411,6 +411,16 @@ def test_exit_hook_calls_a_subclass_stop() -> None:
 
 # ---- fork ----
 
+
+def assert_runs_clean(code: str, args: tuple[str, ...] = ()) -> None:
+    """Runs `code`, which prints "ok" at its end, in a fresh interpreter:
+    it exits 0, prints only that, and writes nothing to stderr."""
+    proc = run_python(code, timeout=90, args=args)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "ok\n"
+    assert proc.stderr == ""
+
+
 FORK_PRELUDE = """
     import contextlib, os, sys, threading, time, warnings
     # 3.12+ warns about fork() in a process with threads; that is the point
@@ -512,10 +522,7 @@ def test_forked_child_uses_timers_and_inherited_timer_is_refused() -> None:
     print("ok", flush=True)
 """
     )
-    proc = run_python(code, timeout=90)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout == "ok\n"
-    assert proc.stderr == ""
+    assert_runs_clean(code)
 
 
 def test_forked_child_cannot_reset_an_inherited_timeout() -> None:
@@ -555,10 +562,7 @@ def test_forked_child_cannot_reset_an_inherited_timeout() -> None:
     print("ok", flush=True)
 """
     )
-    proc = run_python(code, timeout=90)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout == "ok\n"
-    assert proc.stderr == ""
+    assert_runs_clean(code)
 
 
 def test_parents_default_timer_dropped_in_child_does_not_warn() -> None:
@@ -593,10 +597,7 @@ def test_parents_default_timer_dropped_in_child_does_not_warn() -> None:
     print("ok", flush=True)
 """
     )
-    proc = run_python(code, timeout=90, args=("-W", "always::ResourceWarning"))
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout == "ok\n"
-    assert proc.stderr == ""
+    assert_runs_clean(code, args=("-W", "always::ResourceWarning"))
 
 
 def test_forked_child_exits_without_stopping_inherited_timer() -> None:
@@ -617,10 +618,7 @@ def test_forked_child_exits_without_stopping_inherited_timer() -> None:
     print("ok", flush=True)
 """
     )
-    proc = run_python(code, timeout=90)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout == "ok\n"
-    assert proc.stderr == ""
+    assert_runs_clean(code)
 
 
 FORK_UNDER_LOAD = (
