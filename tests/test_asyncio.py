@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 import weakref
-from collections.abc import Coroutine, Iterator
+from collections.abc import Awaitable, Coroutine, Iterator
 from datetime import timedelta
 from typing import Any, Callable
 
@@ -542,6 +542,28 @@ def _odd_loop(answer: object) -> _OddClosedLoop:
     return loop
 
 
+def _run_on_odd_loop(
+    answer: object,
+    monkeypatch: pytest.MonkeyPatch,
+    main: Callable[[_OddClosedLoop, hwtimer.HashedWheelTimer], Awaitable[str]],
+) -> str:
+    """Runs main(loop, timer) on a loop answering `answer` and a timer of
+    its own, and returns what it returns.  Only an is_closed() that raises
+    is reported to sys.unraisablehook, as that ValueError."""
+    unraisable: list[Any] = []
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+    timer = hwtimer.HashedWheelTimer(0.005, 64)
+    loop = _odd_loop(answer)
+    try:
+        result = loop.run_until_complete(main(loop, timer))
+    finally:
+        loop.close()
+        timer.stop()
+    errors = [type(u.exc_value) for u in unraisable]
+    assert errors == ([ValueError] if answer is ValueError else [])
+    return result
+
+
 @pytest.mark.parametrize("answer", _OPEN_ANSWERS)
 def test_loop_open_by_the_truth_of_is_closed(
     answer: object, monkeypatch: pytest.MonkeyPatch
@@ -551,12 +573,7 @@ def test_loop_open_by_the_truth_of_is_closed(
     # callbacks when another loop first uses the timer (which looks for
     # closed loops).  One whose is_closed() raises keeps them too, and the
     # error is reported, not taken for a close.
-    unraisable: list[Any] = []
-    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
-    timer = hwtimer.HashedWheelTimer(0.005, 64)
-    loop = _odd_loop(answer)
-
-    async def main() -> str:
+    async def main(loop: _OddClosedLoop, timer: hwtimer.HashedWheelTimer) -> str:
         done = loop.create_future()
         handle = timer.call_later(0.05, done.set_result, "ran")
         loop.fail = answer is ValueError
@@ -565,13 +582,7 @@ def test_loop_open_by_the_truth_of_is_closed(
         assert not handle.is_cancelled()
         return await asyncio.wait_for(done, SOON)
 
-    try:
-        assert loop.run_until_complete(main()) == "ran"
-    finally:
-        loop.close()
-        timer.stop()
-    errors = [type(u.exc_value) for u in unraisable]
-    assert errors == ([ValueError] if answer is ValueError else [])
+    assert _run_on_odd_loop(answer, monkeypatch, main) == "ran"
 
 
 @pytest.mark.parametrize("answer", _OPEN_ANSWERS)
@@ -581,25 +592,14 @@ def test_sleep_outlives_its_timers_stop_by_the_truth_of_is_closed(
     # stop() hands a pending sleep() to its loop unless the loop is closed:
     # is_closed() false, whatever false value it is, means open.  One that
     # raises is reported, and the sleep still ends.
-    unraisable: list[Any] = []
-    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
-    timer = hwtimer.HashedWheelTimer(0.005, 64)
-    loop = _odd_loop(answer)
-
-    async def main() -> str:
+    async def main(loop: _OddClosedLoop, timer: hwtimer.HashedWheelTimer) -> str:
         task = asyncio.ensure_future(hwtimer.sleep(0.2, "woke", timer=timer))
         await asyncio.sleep(0)  # its deadline is on the wheel
         loop.fail = answer is ValueError
         assert timer.stop() == []
         return await asyncio.wait_for(task, SOON)
 
-    try:
-        assert loop.run_until_complete(main()) == "woke"
-    finally:
-        loop.close()
-        timer.stop()
-    errors = [type(u.exc_value) for u in unraisable]
-    assert errors == ([ValueError] if answer is ValueError else [])
+    assert _run_on_odd_loop(answer, monkeypatch, main) == "woke"
 
 
 def test_loop_not_running_then_resumed(new_loop: Any) -> None:
