@@ -530,6 +530,25 @@ def test_readme_example_runs(index, tmp_path):
         assert '"name": "hwtimer.timeouts.expired"' in proc.stdout
 
 
+def test_readme_scrape_output_is_what_a_scrape_gives(timer, registry):
+    """The scrape the README shows it printed has the families a scrape
+    gives, in their order and of their type, and figures a real scrape
+    could hold: each of its 100 tasks timed or untimed."""
+    section = README.read_text().split("\nPrometheus\n~~~~~~~~~~\n", 1)[1]
+    shown = section.split("It printed", 1)[1].split("::\n\n", 1)[1]
+    shown = "".join(re.findall(r"^    (.*\n)", shown.split("\n\n", 1)[0], flags=re.M))
+    types = re.findall(r"^# TYPE (\S+) (\S+)$", shown, flags=re.M)
+    metrics.register_prometheus(timer, registry=registry)
+    scraped = prometheus_client.generate_latest(registry).decode()
+    assert types == re.findall(r"^# TYPE (\S+) (\S+)$", scraped, flags=re.M)
+    value = {
+        m.group(1): float(m.group(2))
+        for m in re.finditer(r'^(hwtimer_\w+)\{timer="hwtimer-default"\} (\S+)$', shown, re.M)
+    }
+    timed, untimed = value["hwtimer_task_lateness_samples"], value["hwtimer_task_untimed_total"]
+    assert timed + untimed == value["hwtimer_timeouts_expired_total"] == 100
+
+
 def test_spread_of_a_known_layout(make_timer, registry, otel_reader):
     """Timeouts held where the wheel puts them show up per level in both
     exporters: 3 due in one tick and 2 in another on level 0 (64 ticks of
