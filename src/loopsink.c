@@ -205,8 +205,9 @@ static PyObject *sink_loop_gone(LoopSinkObject *self, PyObject *ref)
 
 static PyMethodDef loop_gone_def = {"_loop_gone", (PyCFunction)sink_loop_gone, METH_O, NULL};
 
-/* _reader_gone(ref): the loop let go of the wake fd's reader.  A closed
-   loop does (its selector goes), and it may never be collected: the
+/* _reader_gone(ref): the loop let go of the wake fd's reader, or of the
+   _register() call it had yet to make.  A closed loop does (its selector
+   goes, its ready calls with it), and it may never be collected: the
    callbacks pending for it can hold it.  Closing the sink cancels them,
    as closing a loop drops its own call_later() handles. */
 static PyObject *sink_reader_gone(LoopSinkObject *self, PyObject *ref)
@@ -401,8 +402,18 @@ static int register_with_loop(hwtimer_state *st, LoopSinkObject *s, PyObject *lo
     if (running == loop) {
         r = sink_register(s, NULL);
     } else {
+        /* A loop closed before it calls _register() drops the call unmade:
+           it never watches the fd, so no reader of its goes.  Watched as
+           the reader is, the call's end tells of that close too (once
+           made, _register() watches the reader instead). */
         PyObject *reg = PyObject_GetAttrString((PyObject *)s, "_register");
-        r = reg ? PyObject_CallMethod(loop, "call_soon_threadsafe", "O", reg) : NULL;
+        PyObject *gone = reg ? PyCFunction_New(&reader_gone_def, (PyObject *)s) : NULL;
+        PyObject *ref = gone ? PyWeakref_NewRef(reg, gone) : NULL;
+        Py_XDECREF(gone);
+        Py_XSETREF(s->reader_ref, ref);
+        r = ref ? PyObject_CallMethod(loop, "call_soon_threadsafe", "O", reg) : NULL;
+        if (!r)
+            Py_CLEAR(s->reader_ref); /* not the loop's: its end tells nothing */
         Py_XDECREF(reg);
     }
     Py_XDECREF(running);

@@ -503,6 +503,31 @@ def test_closing_a_loop_cancels_callbacks_that_hold_it(kind: str) -> None:
         timer.stop()
 
 
+def test_closing_a_loop_that_never_ran_cancels_its_callbacks(new_loop: Any) -> None:
+    # call_later(loop=) for a loop that is not running yet has the loop
+    # start watching when it first runs.  Closed without ever running, it
+    # never watches, and never lets go of a reader: closing it must still
+    # cancel its callbacks, or one that holds the loop keeps it, and what
+    # it holds, until its deadline.
+    timer = hwtimer.HashedWheelTimer(0.01, 64)
+    try:
+        with event_loop(new_loop) as loop:
+            payload = _Payload()
+            watch = weakref.ref(payload)
+            handle = timer.call_later(3600, print, payload, loop=loop)
+            held = timer.call_later(3600, print, loop, loop=loop)
+            del payload
+        assert handle.is_cancelled() and held.is_cancelled()
+        del handle, held
+        _wait_released(watch, "the callback's argument")
+        loop_watch = weakref.ref(loop)
+        del loop
+        _wait_released(loop_watch, "the closed loop")
+        assert timer.pending_timeouts() == 0
+    finally:
+        timer.stop()
+
+
 class _FalseLike:
     """A false value that is not False, as a numpy bool is."""
 
