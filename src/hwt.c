@@ -1378,13 +1378,6 @@ void hwt_timer_stats(hwt_timer *t, hwt_stats *out)
     out->tick = atomic_load_explicit(&t->tick_seen, memory_order_relaxed);
 }
 
-void hwt_timer_occupancy(hwt_timer *t, hwt_occupancy *out)
-{
-    pthread_mutex_lock(&t->lock);
-    hwt_wheel_occupancy(&t->wheel, out);
-    pthread_mutex_unlock(&t->lock);
-}
-
 /* ---- the soonest pending timeouts ---- */
 
 /* A candidate: ordered by deadline, then by when it was met in scheduling
@@ -1486,6 +1479,25 @@ static void transfer_for_walk(hwt_timer *t)
     wake_worker(t);
 }
 
+/* Whether the wheel may take in what waits in the producers' queue: not
+   once stopped, nor before a first start(), which gives deadlines their
+   start time (a timer taken back by hwt_timer_unstart() keeps its). */
+static bool may_transfer(const hwt_timer *t)
+{
+    return t->state == T_STARTED || (t->state == T_NEW && t->unstarted);
+}
+
+void hwt_timer_occupancy(hwt_timer *t, hwt_occupancy *out)
+{
+    pthread_mutex_lock(&t->lock);
+    /* a worker asleep until a far deadline, or for good, has yet to take
+       what was scheduled since: count it where it will go */
+    if (may_transfer(t))
+        transfer_for_walk(t);
+    hwt_wheel_occupancy(&t->wheel, out);
+    pthread_mutex_unlock(&t->lock);
+}
+
 /* Offers the timeouts reset since transfer_for_walk() (a moment under the
    cancel lock): they are not where their deadline says. */
 static void soon_offer_reset(hwt_timer *t, soon_heap *h)
@@ -1504,8 +1516,7 @@ int hwt_timer_soonest(hwt_timer *t, size_t limit, hwt_visit_fn fn, void *ctx, si
     soon_heap h = {.limit = limit};
     *found = 0;
     pthread_mutex_lock(&t->lock);
-    /* unstarted, what was queued before the worker went stays queued */
-    if (t->state == T_STARTED || (t->state == T_NEW && t->unstarted))
+    if (may_transfer(t))
         transfer_for_walk(t);
     hwt_wheel_visit(&t->wheel, soon_visit, &h);
     soon_offer_reset(t, &h);

@@ -151,8 +151,7 @@ typedef struct hwt_stats {
     int64_t tick; /* the wheel's current tick */
 } hwt_stats;
 
-/* How the timeouts in the wheel spread over it (hwt_timer_occupancy).
-   Timeouts queued but not yet in the wheel count in none of these. */
+/* How the pending timeouts spread over the wheel (hwt_timer_occupancy). */
 typedef struct hwt_level_occupancy {
     int64_t bucket_ticks; /* ticks one bucket spans: 1 on level 0, 64x more a level up */
     uint64_t buckets;     /* ticks_per_wheel on level 0, 64 above */
@@ -299,9 +298,12 @@ int hwt_timeout_cancel_take(hwt_timeout *to);
 int64_t hwt_timer_pending(hwt_timer *t);
 void hwt_timer_stats(hwt_timer *t, hwt_stats *out);
 
-/* Fills `out` with the wheel's occupancy.  It holds the wheel while it
-   counts (a few microseconds; longer only for a huge, sparse level 0), so
-   the worker waits that long; producers are never held up. */
+/* Fills `out` with the wheel's occupancy.  What the worker has yet to
+   take from the producers' queue is taken into the wheel first, as
+   hwt_timer_soonest() does (a sleeping worker is woken to plan again), so
+   every pending timeout counts.  It holds the wheel while it counts (a few
+   microseconds; longer only for a huge, sparse level 0, or a long queue),
+   so the worker waits that long; producers are never held up. */
 void hwt_timer_occupancy(hwt_timer *t, hwt_occupancy *out);
 
 /* Called by hwt_timer_soonest for each timeout it found, in order. */

@@ -45,11 +45,21 @@ def _thread_file(name: str, what: str) -> str:
     raise LookupError(f"no thread named {name!r}")
 
 
-def worker_switches(name: str) -> int:
-    """Context switches so far of this process's thread named `name`."""
+def _switches(name: str) -> dict[str, int]:
     lines = _thread_file(name, "status").splitlines()
     fields = dict(line.split(":", 1) for line in lines if ":" in line)
-    return int(fields["voluntary_ctxt_switches"]) + int(fields["nonvoluntary_ctxt_switches"])
+    return {key: int(fields[f"{key}_ctxt_switches"]) for key in ("voluntary", "nonvoluntary")}
+
+
+def worker_switches(name: str) -> int:
+    """Context switches so far of this process's thread named `name`."""
+    return sum(_switches(name).values())
+
+
+def worker_sleeps(name: str) -> int:
+    """Times so far this process's thread named `name` went to sleep (its
+    voluntary context switches): a sleeping thread adds none until woken."""
+    return _switches(name)["voluntary"]
 
 
 def worker_cpu_seconds(name: str) -> float:
@@ -260,21 +270,43 @@ def test_pending_far_timeout_sleeps_to_its_tick(make_timer):
 
 
 def test_a_burst_is_in_the_wheel_before_it_falls_due(make_timer):
-    # 20,000 timeouts scheduled at once for 30 s from now: the worker takes
-    # them into the wheel while they are being scheduled, so that fewer than
-    # a wake-up's batch (4096) are left for it to link at the deadline, in
-    # front of the first task.  (A sleeping worker also looks at its queue
-    # once a second; this is sooner.)
-    timer = make_timer(0.001, 4096)
+    # 20,000 timeouts scheduled at once for 30 s from now, beside one that
+    # has the worker asleep until then: the worker is woken to take them
+    # into the wheel while they are being scheduled, so that fewer than a
+    # wake-up's batch (4096) are left for it to link at the deadline, in
+    # front of the first task.  Their deadlines alone would not wake it.
+    name = "hwt-burst-early"
+    timer = make_timer(0.001, 4096, thread_name=name)
+    task = lambda t: None  # noqa: E731
+    timer.new_timeout(task, 30)
+    # taken into the wheel; after a look at its queue a second on, the
+    # worker sleeps until that deadline's tick
+    time.sleep(1.5)
+    sleeps = worker_sleeps(name)
     n = 20_000
     for _ in range(n):
-        timer.new_timeout(lambda t: None, 30)
+        timer.new_timeout(task, 30)
+    assert wait_for(lambda: worker_sleeps(name) > sleeps, timeout=10)
+    assert timer.stats()["pending"] == n + 1
 
-    def in_wheel() -> int:
-        return sum(level["timeouts"] for level in timer.stats()["levels"])
 
-    assert wait_for(lambda: in_wheel() > n - 4096, timeout=0.5)
-    assert timer.stats()["pending"] == n
+def test_stats_count_what_a_sleeping_worker_has_yet_to_take(make_timer):
+    # A worker asleep until a far deadline (or for good) takes new timeouts
+    # into the wheel only when it wakes, and these do not wake it: one that
+    # never falls due, one further away.  stats() still counts them where
+    # they go, as pending_snapshot() finds them.
+    timer = make_timer(0.01, 64)
+    task = lambda t: None  # noqa: E731
+    timer.new_timeout(task, 3600)
+    assert timer.stats()["pending"] == 1
+    time.sleep(0.2)  # the worker plans its sleep to that deadline
+    never = timer.new_timeout(task, float("inf"))
+    timer.new_timeout(task, 7200)
+    stats = timer.stats()
+    assert stats["never_due"] == 1
+    assert sum(level["timeouts"] for level in stats["levels"]) == 2
+    assert never.cancel()
+    assert timer.stats()["never_due"] == 0
 
 
 def test_timeouts_cancelled_at_once_do_not_wake_the_worker(make_timer):

@@ -865,11 +865,28 @@ static bool m_sooner(const m_item *a, const m_item *b)
     return a->deadline < b->deadline || (a->deadline == b->deadline && m_linked_before(a, b));
 }
 
+/* What hwt_timer_soonest and hwt_timer_occupancy do first, as an advance
+   does: the core processes the cancels (cancelled items leave the wheel)
+   and links what is waiting. */
+static void m_take_waiting(m_run *r)
+{
+    for (size_t i = 0; i < r->nitems; i++) {
+        m_item *it = r->items[i];
+        if (it->where == M_CANCELLED) {
+            it->transferred = false;
+            it->relink = 0;
+        }
+    }
+    m_link_waiting(r);
+}
+
 /* Checks hwt_timer_occupancy against where the model places each timeout
-   that is in the wheel (transferred, and not yet expired or released). */
+   that is in the wheel (transferred, and not yet expired or released)
+   once the core has taken what waits: every pending one. */
 static void m_check_occupancy(m_run *r)
 {
     hwt_occupancy occ;
+    m_take_waiting(r);
     hwt_timer_occupancy(r->t, &occ);
     unsigned bits = (unsigned)__builtin_ctz(r->wheel);
     M_CHECK(r, occ.levels == 1 + (63 - bits + 5) / 6 && occ.levels <= HWT_MAX_LEVELS,
@@ -934,16 +951,7 @@ static void m_op_soonest(m_run *r)
 {
     size_t limit = (size_t)m_below(r->src, r->nitems + 2), found = 0;
     r->nscratch = 0;
-    /* the core first processes the cancels and links what is waiting, as
-       an advance does: cancelled items leave the wheel */
-    for (size_t i = 0; i < r->nitems; i++) {
-        m_item *it = r->items[i];
-        if (it->where == M_CANCELLED) {
-            it->transferred = false;
-            it->relink = 0;
-        }
-    }
-    m_link_waiting(r);
+    m_take_waiting(r);
     int rc = hwt_timer_soonest(r->t, limit, m_collect, r, &found);
     m_trace(r, "soonest %zu -> %d, %zu found", limit, rc, found);
     M_CHECK(r, rc == 0 && found == r->nscratch, "soonest returned %d, found %zu, visited %zu", rc,
