@@ -261,6 +261,27 @@ def test_advance_async_bad_input_changes_nothing(manual_timer: ManualTimer, run:
     run(main)
 
 
+def test_advance_async_moves_new_timeouts_into_the_wheel_as_advance_does(
+    manual_timer: ManualTimer, run: Any
+) -> None:
+    # advance(0) moves the timeouts scheduled since into the wheel (the
+    # worker's job on a real timer); advance_async() does the same, also
+    # for those that the callbacks of its last tick scheduled
+    def in_wheel() -> int:
+        return sum(level["timeouts"] for level in manual_timer.stats()["levels"])
+
+    async def main() -> None:
+        manual_timer.new_timeout(lambda timeout: None, 5)
+        assert await manual_timer.advance_async(0) == 0
+        assert in_wheel() == 1
+        manual_timer.call_later(1, manual_timer.new_timeout, lambda timeout: None, 10)
+        assert await manual_timer.advance_async(1) == 1
+        assert manual_timer.pending_timeouts() == 2
+        assert in_wheel() == 2
+
+    run(main)
+
+
 def test_idle_watcher_over_half_an_hour(manual_timer: ManualTimer, run: Any) -> None:
     # examples/echo_service.py's IdleWatcher with a 30-minute idle timeout:
     # activity keeps it quiet, 30 minutes of silence report it, all in
