@@ -44,6 +44,7 @@ class HeartbeatServer:
         self.stats = {"connections": 0, "heartbeats": 0, "closed_dead": 0}
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
+        self._tasks: set[asyncio.Task[Any]] = set()
 
     @property
     def address(self) -> tuple[str, int]:
@@ -59,12 +60,15 @@ class HeartbeatServer:
             for writer in list(self._writers):
                 writer.close()
             await self._server.wait_closed()
+            # each connection's task ends at its next read, now at end of file
+            await asyncio.gather(*self._tasks, return_exceptions=True)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.stats["connections"] += 1
         self._writers.add(writer)
         task = asyncio.current_task()
         assert task is not None
+        self._tasks.add(task)
         dead = False
 
         def on_dead() -> None:
@@ -94,6 +98,7 @@ class HeartbeatServer:
         finally:
             deadline.cancel()
             self._writers.discard(writer)
+            self._tasks.discard(task)
             if dead:
                 self.stats["closed_dead"] += 1
                 try:
@@ -168,21 +173,23 @@ async def demo(period: float = 0.1) -> dict[str, Any]:
     server = HeartbeatServer(timeout=3 * period)
     await server.start()
     healthy, hung = HeartbeatClient(period), HeartbeatClient(period)
-    await healthy.connect(server.address)
-    await hung.connect(server.address)
-    await asyncio.sleep(5 * period)
-    hung.stop_heartbeat()
-    await asyncio.wait_for(hung.wait_closed(), 30 * period)
-    await asyncio.sleep(2 * period)
-    result = {
-        "healthy_pongs": healthy.pongs,
-        "healthy_closed": healthy.closed_by_server,
-        "hung_closed": hung.closed_by_server,
-        **server.stats,
-    }
-    await healthy.close()
-    await hung.close()
-    await server.close()
+    try:
+        await healthy.connect(server.address)
+        await hung.connect(server.address)
+        await asyncio.sleep(5 * period)
+        hung.stop_heartbeat()
+        await asyncio.wait_for(hung.wait_closed(), 30 * period)
+        await asyncio.sleep(2 * period)
+        result = {
+            "healthy_pongs": healthy.pongs,
+            "healthy_closed": healthy.closed_by_server,
+            "hung_closed": hung.closed_by_server,
+            **server.stats,
+        }
+    finally:  # Ctrl-C cancels the demo: it closes what it opened all the same
+        await healthy.close()
+        await hung.close()
+        await server.close()
     return result
 
 
@@ -192,17 +199,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=8008)
     parser.add_argument("--timeout", type=float, default=3.0)
     args = parser.parse_args(argv)
-    if args.demo:
-        print(asyncio.run(demo()))
-        return 0
 
     async def serve() -> None:
         server = HeartbeatServer(port=args.port, timeout=args.timeout)
         await server.start()
-        print(f"heartbeat server on {server.address}, timeout {args.timeout} s")
-        await asyncio.Event().wait()
+        try:
+            print(f"heartbeat server on {server.address}, timeout {args.timeout} s", flush=True)
+            await asyncio.Event().wait()
+        finally:
+            await server.close()
 
-    asyncio.run(serve())
+    # Ctrl-C cancels the main task; its finally closes the server (and the
+    # demo's clients) while the loop still runs
+    try:
+        if args.demo:
+            print(asyncio.run(demo()))
+        else:
+            asyncio.run(serve())
+    except KeyboardInterrupt:
+        pass
     return 0
 
 
