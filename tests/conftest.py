@@ -16,6 +16,7 @@ import contextlib
 import gc
 import importlib.util
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -155,6 +156,45 @@ def run_python(
             f"subprocess did not finish in {timeout} s (a hang?)\n"
             f"stdout: {e.stdout!r}\nstderr: {e.stderr!r}"
         )
+
+
+# Code that has a subprocess take SIGINT as an interactive shell leaves it,
+# even if this process ignores it.
+INTERRUPTIBLE = "import signal\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n"
+
+
+@contextlib.contextmanager
+def interruptible_example(path: Path, args: list[str]) -> Iterator[subprocess.Popen[str]]:
+    """Runs the script `path` with `args` in a fresh interpreter, with
+    hwtimer importable, that Ctrl-C (interrupt()) reaches and that shows
+    every ResourceWarning; kills it if it still runs at the end."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = PACKAGE_ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    code = INTERRUPTIBLE + (
+        "import runpy, sys\n"
+        f"sys.argv = [{str(path)!r}, *{args!r}]\n"
+        f"runpy.run_path({str(path)!r}, run_name='__main__')\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-W", "always::ResourceWarning", "-c", code],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def interrupt(proc: subprocess.Popen[str]) -> tuple[str, str]:
+    """Sends `proc` a Ctrl-C and returns its stdout and stderr from there
+    to its exit."""
+    proc.send_signal(signal.SIGINT)
+    return proc.communicate(timeout=60)
 
 
 def _threads_of(names: set[str]) -> list[str]:

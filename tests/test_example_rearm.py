@@ -4,7 +4,6 @@ sockets, on asyncio and uvloop."""
 from __future__ import annotations
 
 import asyncio
-import signal
 import subprocess
 import sys
 import time
@@ -12,7 +11,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import EXAMPLES, load_example
+from conftest import (
+    EXAMPLES,
+    INTERRUPTIBLE,
+    interrupt,
+    interruptible_example,
+    load_example,
+    run_python,
+)
 
 import hwtimer
 
@@ -206,43 +212,18 @@ def test_demo_runs(name: str) -> None:
     assert "{" in out.stdout
 
 
-# The subprocess takes SIGINT as an interactive shell leaves it, even if this
-# process ignores it, and shows every ResourceWarning.
-_INTERRUPTIBLE = "import signal\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n"
-
-
-def _interrupted(proc: subprocess.Popen[str]) -> tuple[str, str]:
-    try:
-        return proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-
-
 def test_heartbeat_server_stops_on_ctrl_c_closing_the_server() -> None:
-    code = _INTERRUPTIBLE + (
-        "import runpy, sys\n"
-        f"sys.argv = [{str(EXAMPLES / 'heartbeat.py')!r}, '--port', '0']\n"
-        f"runpy.run_path({str(EXAMPLES / 'heartbeat.py')!r}, run_name='__main__')\n"
-    )
-    proc = subprocess.Popen(
-        [sys.executable, "-W", "always::ResourceWarning", "-c", code],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stdout is not None
-    first = proc.stdout.readline()
-    assert first.startswith("heartbeat server on "), first
-    proc.send_signal(signal.SIGINT)
-    out, err = _interrupted(proc)
+    with interruptible_example(EXAMPLES / "heartbeat.py", ["--port", "0"]) as proc:
+        assert proc.stdout is not None
+        first = proc.stdout.readline()
+        assert first.startswith("heartbeat server on "), first
+        out, err = interrupt(proc)
     assert (proc.returncode, err) == (0, "")
 
 
 def test_heartbeat_demo_stops_on_ctrl_c_closing_what_it_opened() -> None:
     # Ctrl-C once both clients are connected and beating
-    code = _INTERRUPTIBLE + (
+    code = INTERRUPTIBLE + (
         "import os, sys\n"
         "sys.path.insert(0, sys.argv[1])\n"
         "from conftest import load_example\n"
@@ -257,11 +238,7 @@ def test_heartbeat_demo_stops_on_ctrl_c_closing_what_it_opened() -> None:
         "heartbeat.HeartbeatClient.connect = connect_then_interrupt\n"
         "sys.exit(heartbeat.main(['--demo']))\n"
     )
-    proc = subprocess.Popen(
-        [sys.executable, "-W", "always::ResourceWarning", "-c", code, str(Path(__file__).parent)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    done = run_python(
+        code, args=("-W", "always::ResourceWarning"), argv=(str(Path(__file__).parent),)
     )
-    out, err = _interrupted(proc)
-    assert (proc.returncode, out, err) == (0, "", "")
+    assert (done.returncode, done.stdout, done.stderr) == (0, "", "")

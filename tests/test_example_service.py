@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -13,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import load_example
+from conftest import interrupt, interruptible_example, load_example
 
 import hwtimer
 
@@ -205,24 +204,7 @@ def test_script_stops_on_ctrl_c_closing_the_service(args: list[str], wait_for: s
     # Ctrl-C ends the script as it says it does: the service (and the
     # demo's own connection) close on the open loop, and nothing is left
     # open or pending to complain at exit, ResourceWarnings shown.
-    env = dict(os.environ)
-    package_root = os.path.dirname(os.path.dirname(os.path.abspath(hwtimer.__file__)))
-    env["PYTHONPATH"] = package_root + os.pathsep + env.get("PYTHONPATH", "")
-    # SIGINT as an interactive shell leaves it, even if this process ignores it
-    code = (
-        "import runpy, signal, sys\n"
-        "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
-        f"sys.argv = [{str(EXAMPLE)!r}, *{args!r}]\n"
-        f"runpy.run_path({str(EXAMPLE)!r}, run_name='__main__')\n"
-    )
-    proc = subprocess.Popen(
-        [sys.executable, "-W", "always::ResourceWarning", "-c", code],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
-    try:
+    with interruptible_example(EXAMPLE, args) as proc:
         assert proc.stdout is not None
         first = proc.stdout.readline()
         assert first.startswith("serving on "), first
@@ -231,16 +213,10 @@ def test_script_stops_on_ctrl_c_closing_the_service(args: list[str], wait_for: s
             with socket.create_connection((host, int(port)), timeout=SOON) as sock:
                 sock.sendall(b"PING\n")
                 assert sock.makefile("rb").readline() == b"PONG\n"
-                proc.send_signal(signal.SIGINT)
-                out, err = proc.communicate(timeout=60)
+                out, err = interrupt(proc)
         else:  # the demo's own client is connected and waiting
             line = proc.stdout.readline()
             assert line.startswith(wait_for), line
-            proc.send_signal(signal.SIGINT)
-            out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+            out, err = interrupt(proc)
     assert proc.returncode == 0, err
     assert err == ""
