@@ -11,6 +11,8 @@
 #      to sleep (held there by its clock read), under ASan+UBSan;
 #   3. tests/c/walk_race_test.c, a walk of the wheel (hwt_timer_soonest)
 #      made as the worker is about to sleep, under TSan;
+#      tests/c/soonest_reset_test.c, resets made while hwt_timer_soonest
+#      walks the wheel (each timeout found once), under TSan;
 #      tests/c/stress_core.c, the real worker thread with concurrent
 #      producers, consumers and stop() races, under TSan, then ASan+UBSan;
 #   4. tests/c/fuzz_core.c under libFuzzer (+ASan+UBSan) for FUZZ_SECONDS,
@@ -86,6 +88,10 @@ timeout 300 "$work/reset_asan"
 step "walk race test under TSan ($backend backend)"
 build walk_tsan walk_race_test.c -fsanitize=thread -ldl
 timeout 300 "$work/walk_tsan"
+
+step "soonest reset test under TSan ($backend backend)"
+build soonest_reset_tsan soonest_reset_test.c -fsanitize=thread
+timeout 300 "$work/soonest_reset_tsan"
 
 step "stress test under TSan (seed $SEED, $backend backend)"
 build stress_tsan stress_core.c -fsanitize=thread

@@ -1498,17 +1498,42 @@ void hwt_timer_occupancy(hwt_timer *t, hwt_occupancy *out)
     pthread_mutex_unlock(&t->lock);
 }
 
+static int cmp_ptr(const void *a, const void *b)
+{
+    uintptr_t x = (uintptr_t)*(hwt_timeout *const *)a, y = (uintptr_t)*(hwt_timeout *const *)b;
+    return (x > y) - (x < y);
+}
+
 /* Offers the timeouts reset since transfer_for_walk() (a moment under the
-   cancel lock): they are not where their deadline says. */
+   cancel lock): they are not where their deadline says.  The walk held the
+   wheel, not the cancel lock: one reset after the walk met it at its old
+   deadline is offered once, as the walk saw it. */
 static void soon_offer_reset(hwt_timer *t, soon_heap *h)
 {
+    if (h->err || !cancels_queued(t))
+        return;
+    /* the walk's finds, by address; taken outside the cancel lock */
+    size_t nmet = h->n;
+    hwt_timeout **met = NULL;
+    if (nmet) {
+        met = malloc(nmet * sizeof(*met));
+        if (!met) {
+            h->err = ENOMEM;
+            return;
+        }
+        for (size_t i = 0; i < nmet; i++)
+            met[i] = h->v[i].to;
+        qsort(met, nmet, sizeof(*met), cmp_ptr);
+    }
     pthread_mutex_lock(&t->cancel_lock);
     for (size_t i = 0; i < t->ncancels; i++) {
         hwt_timeout *to = (hwt_timeout *)((uintptr_t)t->cancels[i] & ~RESET_TAG);
-        if ((uintptr_t)t->cancels[i] & RESET_TAG && hwt_wheel_linked(to))
+        if ((uintptr_t)t->cancels[i] & RESET_TAG && hwt_wheel_linked(to) &&
+            !(nmet && bsearch(&to, met, nmet, sizeof(*met), cmp_ptr)))
             soon_offer(h, to, h->order++, true);
     }
     pthread_mutex_unlock(&t->cancel_lock);
+    free(met);
 }
 
 int hwt_timer_soonest(hwt_timer *t, size_t limit, hwt_visit_fn fn, void *ctx, size_t *found)

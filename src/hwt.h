@@ -313,8 +313,9 @@ typedef void (*hwt_visit_fn)(void *ctx, hwt_timeout *to);
    fall due first, those not yet moved into the wheel and those reset
    included (at their new deadline; a periodic one in its run is not on
    the wheel and not included), and calls
-   fn for each in deadline order, ties in scheduling order; sets *found to
-   how many.  It holds the wheel, not the producers' queues: schedule and
+   fn for each, once, in deadline order, ties in scheduling order; sets
+   *found to how many (one reset while the walk runs is found at the
+   deadline the walk met it at).  It holds the wheel, not the producers' queues: schedule and
    cancel go on meanwhile, the worker waits.  It first does the worker's
    part of its next tick that comes before expiry (queued cancels and
    resets, the transfer of new timeouts into the wheel), then walks the

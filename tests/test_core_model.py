@@ -188,6 +188,16 @@ def test_a_walk_while_the_worker_goes_to_sleep_does_not_race(tmp_path: Path, bac
 
 
 @backends
+def test_a_reset_during_a_walk_is_found_once(tmp_path: Path, backend: str) -> None:
+    """A timeout reset from another thread while pending_snapshot()'s walk
+    holds the wheel, after the walk met it at its old deadline, is found
+    once, not also at its new deadline in place of the next soonest."""
+    exe = build(tmp_path, "soonest_reset_test.c", backend=backend)
+    proc = run([str(exe)], timeout=120)
+    assert "each timeout reported once" in proc.stdout
+
+
+@backends
 def test_core_reports_system_failures(tmp_path: Path, backend: str) -> None:
     """Each pthread init the core makes fails in turn: hwt_timer_new and
     hwt_sink_init return that error and leave nothing behind, and a fork
