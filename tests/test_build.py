@@ -39,6 +39,20 @@ def test_version_comes_from_one_place():
         assert 'version = { attr = "hwtimer.__version__" }' in text
 
 
+def test_test_extra_has_the_pytest_asyncio_the_ini_options_need():
+    # pyproject.toml sets asyncio_default_fixture_loop_scope, an option of
+    # pytest-asyncio 0.24; an older one leaves it unknown, and under
+    # filterwarnings = error that PytestConfigWarning stops every run
+    # before the first test.
+    from packaging.requirements import Requirement
+
+    requires = [Requirement(r) for r in importlib.metadata.requires("hwtimer") or []]
+    found = [r for r in requires if r.name == "pytest-asyncio"]
+    assert found, requires
+    for requirement in found:
+        assert not requirement.specifier.contains("0.23.8"), str(requirement)
+
+
 def run_build(tmp_path: Path, prelude: str = "", env: dict[str, str] | None = None):
     """Runs `setup.py build_ext` from the source tree into `tmp_path`, after
     `prelude` (run once setuptools is imported)."""
