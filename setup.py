@@ -45,7 +45,7 @@ define_macros = [("HWTIMER_PORTABLE", "1")] if portable else []
 compile_args = ["-std=gnu11", "-Wall", "-Wextra", "-fvisibility=hidden"]
 link_args = ["-pthread"]
 
-if os.environ.get("HWTIMER_WERROR"):
+if os.environ.get("HWTIMER_WERROR", "0") not in ("", "0"):
     compile_args.append("-Werror")
 
 sanitize = os.environ.get("HWTIMER_SANITIZE", "").strip()

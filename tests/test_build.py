@@ -101,6 +101,24 @@ def test_backend_is_the_one_the_build_asked_for():
         assert _hwtimer._backend == "posix"
 
 
+@pytest.mark.parametrize(
+    ("value", "werror"), [("1", True), ("0", False), ("", False), (None, False)]
+)
+def test_werror_switch_reads_like_the_others(value, werror):
+    # HWTIMER_WERROR=0 is off, as HWTIMER_PORTABLE=0 and HWTIMER_LIMITED_API=0 are
+    if not SETUP.exists():
+        pytest.skip("setup.py is not beside these tests")
+    env = {k: v for k, v in os.environ.items() if k != "HWTIMER_WERROR"}
+    if value is not None:
+        env["HWTIMER_WERROR"] = value
+    code = "import runpy; print(runpy.run_path('setup.py', run_name='setup')['compile_args'])"
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert ("'-Werror'" in proc.stdout) == werror, proc.stdout
+
+
 def test_unsupported_platform_is_refused(tmp_path):
     line = build_ext(tmp_path, "sys.platform = 'win32'")
     assert line == (
