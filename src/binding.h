@@ -156,6 +156,9 @@ typedef struct {
 #undef HWTIMER_STATE_FIELD
     TimerObject *running_timers; /* borrowed: started, not stopped */
     Py_ssize_t nrunning;
+    /* borrowed: stopped by a stop() that a signal interrupted, whose
+       dispatch thread no stop() has seen finish yet */
+    TimerObject *stopping_timers;
     bool warned_too_many;
     TimeoutObject *free_timeouts; /* owned, unlinked memory of released
                                      Timeouts, chained through `task` */
@@ -185,8 +188,10 @@ struct TimerObject {
     double tick_duration;
     int64_t max_pending;
     uint64_t task_errors;
-    TimerObject *running_next, *running_prev; /* in module_state->running_timers */
-    bool running;                             /* started, not stopped */
+    /* in module_state->running_timers, or in its stopping_timers */
+    TimerObject *running_next, *running_prev;
+    bool running;  /* started, not stopped */
+    bool stopping; /* in stopping_timers */
     /* owned list, or NULL: periodic timeouts whose run ended after stop()
        swept the wheel, and what a stop() that a signal interrupted would
        have returned, for stop() to return */
@@ -628,6 +633,8 @@ PyObject *hwtimer_timer_stop(TimerObject *timer);
    called as a method, or the built-in one (with its checks).  Returns what
    it returns, or NULL with an exception. */
 PyObject *hwtimer_timer_own_stop(TimerObject *timer);
+/* Takes `timer` out of stopping_timers, if there. */
+void hwtimer_timer_unlist_stopping(TimerObject *timer);
 /* Schedules callback(*args) (args a tuple) on `loop` in `context` (NULL: a
    copy of the current one).  Returns a new LoopTimeout or NULL. */
 PyObject *hwtimer_call_later(TimerObject *self, int64_t delay, PyObject *callback, PyObject *args,

@@ -81,11 +81,11 @@ static PyObject *follow_loop_time(PyObject *module, PyObject *on)
     return PyBool_FromLong(was);
 }
 
-/* Stops every running timer; registered with atexit.  A timer's own
-   stop() (a subclass's override) is called, as at the end of a with
-   block; if it raises, its error is reported, and if it raises or leaves
-   the timer running, the built-in stop() stops it, so that no dispatch
-   thread outlives the interpreter. */
+/* Stops every running timer, and waits for those still stopping;
+   registered with atexit.  A timer's own stop() (a subclass's override)
+   is called, as at the end of a with block; if it raises, its error is
+   reported, and if it raises or leaves the timer running, the built-in
+   stop() stops it, so that no dispatch thread outlives the interpreter. */
 static PyObject *stop_all(PyObject *module, PyObject *unused)
 {
     (void)unused;
@@ -104,6 +104,21 @@ static PyObject *stop_all(PyObject *module, PyObject *unused)
                 PyErr_WriteUnraisable((PyObject *)timer);
             Py_XDECREF(r);
         }
+        hwtimer_timer_unlist_stopping(timer); /* a signal here ends its wait */
+        Py_DECREF(timer);
+    }
+    /* Those whose stop() a signal interrupted: the task their dispatch
+       thread runs finishes before the interpreter goes, as one of a timer
+       stopped above does.  Taken out first, so that another signal ends
+       this wait too. */
+    while (st->stopping_timers) {
+        TimerObject *timer = st->stopping_timers;
+        Py_INCREF(timer);
+        hwtimer_timer_unlist_stopping(timer);
+        PyObject *r = hwtimer_timer_stop(timer);
+        if (!r)
+            PyErr_WriteUnraisable((PyObject *)timer);
+        Py_XDECREF(r);
         Py_DECREF(timer);
     }
     Py_RETURN_NONE;

@@ -16,15 +16,32 @@
 
 /* ---- start and stop ---- */
 
+/* Links `self` at the head of the list *head (running_timers or
+   stopping_timers), through running_next and running_prev. */
+static void timers_link(TimerObject **head, TimerObject *self)
+{
+    self->running_prev = NULL;
+    self->running_next = *head;
+    if (*head)
+        (*head)->running_prev = self;
+    *head = self;
+}
+
+static void timers_unlink(TimerObject **head, TimerObject *self)
+{
+    if (self->running_prev)
+        self->running_prev->running_next = self->running_next;
+    else
+        *head = self->running_next;
+    if (self->running_next)
+        self->running_next->running_prev = self->running_prev;
+}
+
 static void running_add(TimerObject *self)
 {
     hwtimer_state *st = self->module_state;
     self->running = true;
-    self->running_prev = NULL;
-    self->running_next = st->running_timers;
-    if (st->running_timers)
-        st->running_timers->running_prev = self;
-    st->running_timers = self;
+    timers_link(&st->running_timers, self);
     if (++st->nrunning > MAX_LIVE_TIMERS && !st->warned_too_many) {
         st->warned_too_many = true;
         hwtimer_log_error(st, "more than 64 HashedWheelTimer instances are running: a timer is a "
@@ -38,13 +55,26 @@ static void running_remove(TimerObject *self)
     if (!self->running)
         return;
     self->running = false;
-    if (self->running_prev)
-        self->running_prev->running_next = self->running_next;
-    else
-        st->running_timers = self->running_next;
-    if (self->running_next)
-        self->running_next->running_prev = self->running_prev;
+    timers_unlink(&st->running_timers, self);
     st->nrunning--;
+}
+
+/* A timer no longer running, whose stop() a signal interrupted while its
+   dispatch thread still ran a task: the atexit hook waits for it there. */
+static void stopping_add(TimerObject *self)
+{
+    if (self->stopping)
+        return;
+    self->stopping = true;
+    timers_link(&self->module_state->stopping_timers, self);
+}
+
+void hwtimer_timer_unlist_stopping(TimerObject *self)
+{
+    if (!self->stopping)
+        return;
+    self->stopping = false;
+    timers_unlink(&self->module_state->stopping_timers, self);
 }
 
 /* ---- a manual timer's start and stop: no threads ---- */
@@ -309,10 +339,13 @@ static PyObject *stop_and_wait(TimerObject *self, DispatchObject *d)
     if (first)
         self->stop_waiter = 0;
     if (r < 0) { /* interrupted: the next call returns them */
-        if (first)
+        if (first) {
             keep_left(self);
+            stopping_add(self);
+        }
         return NULL;
     }
+    hwtimer_timer_unlist_stopping(self);
     if (d->pid != getpid()) /* a fork child: no dispatch thread came along to run these */
         hwtimer_release_chain(hwt_sink_take(hwt_timer_default_sink(self->core)));
     else if (d->abandoned) /* its start() failed: they run here, as no dispatch thread will */
@@ -1079,6 +1112,7 @@ static void timer_dealloc(TimerObject *self)
     stop_unstopped(self, NULL);
     Py_SET_REFCNT(self, 0);
     running_remove(self);
+    hwtimer_timer_unlist_stopping(self);
     timer_clear(self);
     Py_CLEAR(self->dispatcher);
     Py_CLEAR(self->name);

@@ -409,6 +409,34 @@ def test_exit_hook_calls_a_subclass_stop() -> None:
     assert proc.stderr == ""
 
 
+def test_exit_after_an_interrupted_stop_lets_the_running_task_finish() -> None:
+    """A stop() that Ctrl-C interrupted leaves the timer stopping, its
+    running task going on: interpreter exit waits for that task, as it
+    waits for the task of a timer it stops itself."""
+    code = """
+        import os, signal, threading, time, hwtimer
+        timer = hwtimer.HashedWheelTimer(0.01)
+        pending = timer.new_timeout(lambda t: None, 60)
+        running = threading.Event()
+        def slow(timeout):
+            running.set()
+            time.sleep(1.0)
+            print("finished", flush=True)
+        timer.new_timeout(slow, 0)
+        assert running.wait(10)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT)).start()
+        try:
+            timer.stop()
+        except KeyboardInterrupt:
+            print("interrupted", flush=True)
+    """
+    proc = run_python(code, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "interrupted\nfinished\n"
+    assert proc.stderr == ""
+
+
 # ---- fork ----
 
 
