@@ -31,9 +31,16 @@ static void set_native_name(PyObject *name)
     hwt_thread_set_name(buf);
 }
 
-/* Lets whoever waits in hwtimer_dispatch_wait_done() go. */
+/* Lets whoever waits in hwtimer_dispatch_wait_done() go.  In a child of
+   fork() (a task forked, and the child goes on as this thread's copy)
+   nobody waits there, and the lock may have been held by a thread of the
+   parent at the fork: it is not taken. */
 void hwtimer_dispatch_mark_done(DispatchObject *self)
 {
+    if (self->pid != getpid()) {
+        self->done = true;
+        return;
+    }
     pthread_mutex_lock(&self->lock);
     self->done = true;
     pthread_cond_broadcast(&self->done_cond);
