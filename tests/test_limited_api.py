@@ -24,8 +24,8 @@ import hwtimer._hwtimer as ext
 
 
 def test_the_build_is_the_expected_one() -> None:
-    # .ci/run sets this for the abi3 build it installs, so that a stale
-    # full-API extension cannot pass for it
+    # scripts/check-abi3.sh (run by .ci/run) sets this for the abi3 build
+    # it installs, so that a stale full-API extension cannot pass for it
     expected = os.environ.get("HWTIMER_EXPECT_LIMITED_API")
     name = os.path.basename(ext.__file__)
     if expected is None:
