@@ -55,12 +55,13 @@ def _seconds(delay: Seconds, name: str = "delay") -> float:
     compares with 0: what has ``__float__`` as its float, or else
     ``__index__`` as its int, as ``new_timeout()`` reads them.  An int past
     any float is infinite, as for ``new_timeout()``: never due, or at once.
-    Anything else is refused with the TypeError ``new_timeout()`` gives,
-    naming the argument `name`."""
+    Anything else, a bool too (``timeout(True)`` would otherwise be a
+    second), is refused with the TypeError ``new_timeout()`` gives, naming
+    the argument `name`."""
     if isinstance(delay, float):
         return delay
     if isinstance(delay, int):
-        seconds = delay  # a bool too, refused where it is used
+        seconds = delay
     elif isinstance(delay, timedelta):
         return delay.total_seconds()
     elif isinstance(delay, SupportsFloat):
@@ -71,6 +72,8 @@ def _seconds(delay: Seconds, name: str = "delay") -> float:
         raise TypeError(
             f"{name} must be a number of seconds or a timedelta, not {type(delay).__name__}"
         )
+    if type(seconds) is bool:  # also what an __index__ returned
+        raise TypeError(f"{name} must be a number of seconds or a timedelta, not bool")
     if abs(seconds) > sys.float_info.max:
         return math.inf if seconds > 0 else -math.inf
     return seconds
@@ -81,13 +84,6 @@ def _check_timer(timer: object) -> None:
     is needed (a delay <= 0), which would otherwise let it through."""
     if timer is not None and not isinstance(timer, HashedWheelTimer):
         raise TypeError(f"timer must be a HashedWheelTimer or None, not {type(timer).__name__}")
-
-
-def _refuse_bool(delay: object) -> None:
-    """A bool is not a number of seconds here, as for every hwtimer delay
-    (``timeout(True)`` would otherwise be a second)."""
-    if type(delay) is bool:
-        raise TypeError("delay must be a number of seconds or a timedelta, not bool")
 
 
 if sys.version_info >= (3, 11):
@@ -243,7 +239,6 @@ async def wait_for(
     _check_timer(timer)
     if timeout is not None:
         timeout = _seconds(timeout, "timeout")
-        _refuse_bool(timeout)
         if timeout <= 0:
             # No time at all: the awaitable never runs, unless it is a
             # future that is done already.
@@ -275,7 +270,6 @@ async def sleep(
     the deadline on `timer`.  A delay <= 0 yields to the loop once."""
     _check_timer(timer)
     delay = _seconds(delay)
-    _refuse_bool(delay)
     if delay <= 0:
         await asyncio.sleep(0)
         return result

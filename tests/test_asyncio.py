@@ -1582,6 +1582,25 @@ def test_helpers_refuse_a_delay_that_is_no_number_as_new_timeout_does(
     run(main)
 
 
+def test_helpers_refuse_a_bool_delay_naming_the_argument(run: Any, own_timer: Any) -> None:
+    # a bool is refused as new_timeout() refuses it, in its words, and the
+    # TypeError names the argument given: wait_for()'s is `timeout`
+    async def main() -> None:
+        for bad in (True, False):
+            message = r"delay must be a number of seconds or a timedelta, not bool$"
+            with pytest.raises(TypeError, match="^" + message):
+                await hwtimer.sleep(bad, timer=own_timer)
+            with pytest.raises(TypeError, match="^" + message):
+                hwtimer.timeout(bad, timer=own_timer)
+            sleeper = asyncio.sleep(0)
+            with pytest.raises(TypeError, match="^timeout" + message[len("delay") :]):
+                await hwtimer.wait_for(sleeper, bad, timer=own_timer)
+            sleeper.close()
+        assert own_timer.pending_timeouts() == 0
+
+    run(main)
+
+
 def test_sleep_zero_yields_like_asyncio(run: Any) -> None:
     async def interleaving(sleep: Any) -> list[str]:
         order: list[str] = []
