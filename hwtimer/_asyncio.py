@@ -239,6 +239,8 @@ async def wait_for(
     _check_timer(timer)
     if timeout is not None:
         timeout = _seconds(timeout, "timeout")
+        if math.isnan(timeout):  # which the scope would refuse as its delay
+            raise ValueError("timeout must not be NaN")
         if timeout <= 0:
             # No time at all: the awaitable never runs, unless it is a
             # future that is done already.

@@ -1601,6 +1601,18 @@ def test_helpers_refuse_a_bool_delay_naming_the_argument(run: Any, own_timer: An
     run(main)
 
 
+def test_wait_for_names_its_timeout_when_refusing_nan(run: Any, own_timer: Any) -> None:
+    async def main() -> None:
+        for nan in (math.nan, decimal.Decimal("NaN")):
+            sleeper = asyncio.sleep(0)
+            with pytest.raises(ValueError, match="^timeout must not be NaN$"):
+                await hwtimer.wait_for(sleeper, nan, timer=own_timer)
+            sleeper.close()
+        assert own_timer.pending_timeouts() == 0
+
+    run(main)
+
+
 def test_sleep_zero_yields_like_asyncio(run: Any) -> None:
     async def interleaving(sleep: Any) -> list[str]:
         order: list[str] = []
