@@ -442,6 +442,9 @@ static int check_name_and_executor(PyObject *name_o, PyObject *executor)
     }
     if (executor != Py_None) {
         PyObject *submit = PyObject_GetAttrString(executor, "submit");
+        /* only an AttributeError says it has none */
+        if (!submit && !PyErr_ExceptionMatches(PyExc_AttributeError))
+            return -1;
         int ok = submit && HWT_CALLABLE(submit);
         Py_XDECREF(submit);
         if (!ok) {

@@ -201,6 +201,26 @@ def test_constructor_conversion_errors_propagate(argument, exc) -> None:
     assert info.value is exc
 
 
+@pytest.mark.parametrize(
+    "exc",
+    [ZeroDivisionError("submit-boom"), KeyboardInterrupt()],
+    ids=["ZeroDivisionError", "KeyboardInterrupt"],
+)
+def test_an_error_reading_the_executors_submit_propagates(exc) -> None:
+    # Only an AttributeError means "has no submit()": anything else that
+    # reading it raises is the caller's to see, as getattr() would show it.
+    class Executor:
+        @property
+        def submit(self):
+            raise exc
+
+    threads_before = len(native_thread_names())
+    with pytest.raises(type(exc)) as info:
+        HashedWheelTimer(executor=Executor())
+    assert info.value is exc
+    assert len(native_thread_names()) <= threads_before
+
+
 CONSTRUCTOR_ACCEPTED = [
     ("tick_duration-myint", {"tick_duration": MyInt(1)}, "tick_duration", 1.0),
     ("tick_duration-myfloat", {"tick_duration": MyFloat(0.5)}, "tick_duration", 0.5),
