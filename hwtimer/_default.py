@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import threading
 
@@ -16,6 +15,10 @@ DEFAULT_TICKS_PER_WHEEL = 4096
 
 _lock = threading.Lock()
 _timer: HashedWheelTimer | None = None
+
+#: In a child of fork() made by a task of the shared timer: the parent's
+#: shared timer, which could not be stopped there, kept from collection.
+_unstoppable: list[HashedWheelTimer] = []
 
 #: Timers installed by hwtimer.testing.use_timer(), innermost last; the
 #: same for every thread.
@@ -55,8 +58,13 @@ def _forget_in_child() -> None:
     timer, _timer = _timer, None
     _lock = threading.Lock()
     if timer is not None:
-        with contextlib.suppress(RuntimeError):  # forked by one of its own tasks
+        try:
             timer.stop()
+        except RuntimeError:
+            # Forked by one of its own tasks, which goes on in the child:
+            # stop() cannot be called from there, and the timer cannot run
+            # here either.  Kept, it is never collected unstopped.
+            _unstoppable.append(timer)
 
 
 os.register_at_fork(after_in_child=_forget_in_child)

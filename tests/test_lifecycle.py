@@ -628,6 +628,35 @@ def test_parents_default_timer_dropped_in_child_does_not_warn() -> None:
     assert_runs_clean(code, args=("-W", "always::ResourceWarning"))
 
 
+def test_parents_default_timer_in_child_of_its_own_task_does_not_warn() -> None:
+    """A task of the shared timer forks, and the child goes on in it: there
+    the parent's shared timer cannot be stopped (it would be stopped from
+    inside its own task), yet it is still the library's to let go of, not
+    an unstopped timer of the user's.  When the child returns from the task
+    and the dispatch thread lets go of it, it gives no ResourceWarning."""
+    code = (
+        FORK_PRELUDE
+        + """
+    pids = []
+    forked = threading.Event()
+
+    def task(timeout):
+        pid = os.fork()
+        if pid == 0:
+            return  # as the parent does: the child ends with this thread
+        pids.append(pid)
+        forked.set()
+
+    hwtimer.default_timer().new_timeout(task, 0.01)
+    assert forked.wait(10)
+    assert wait_child(pids[0]) == 0
+    assert fires(hwtimer.default_timer())
+    print("ok", flush=True)
+"""
+    )
+    assert_runs_clean(code, args=("-W", "always::ResourceWarning"))
+
+
 def test_forked_child_exits_without_stopping_inherited_timer() -> None:
     code = (
         FORK_PRELUDE
