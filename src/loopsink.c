@@ -372,8 +372,17 @@ static PyObject *sink_register(LoopSinkObject *self, PyObject *unused)
     PyObject *ref = gone ? PyWeakref_NewRef(reader, gone) : NULL;
     Py_XDECREF(gone);
     Py_XSETREF(self->reader_ref, ref);
-    PyObject *r =
-        ref ? PyObject_CallMethod(loop, "add_reader", "iO", self->wakefd.read_fd, reader) : NULL;
+    /* add_reader() keeps a copy of the current context for the reader,
+       as long as the loop watches the fd: an empty one, not the first
+       caller's, whose contextvars would live as long as the loop */
+    hwtimer_state *st = hwtimer_state_of_type(Py_TYPE(self));
+    PyObject *add = ref ? PyObject_GetAttrString(loop, "add_reader") : NULL;
+    PyObject *context = add ? HWT_NEW_CONTEXT(st) : NULL;
+    PyObject *r = context ? PyObject_CallFunction(st->context_run, "OOiO", context, add,
+                                                  self->wakefd.read_fd, reader)
+                          : NULL;
+    Py_XDECREF(context);
+    Py_XDECREF(add);
     if (!r)
         Py_CLEAR(self->reader_ref); /* not the loop's: its end tells nothing */
     Py_XDECREF(reader);

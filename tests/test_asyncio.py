@@ -396,6 +396,39 @@ def test_call_later_on_own_timer(run: Any, own_timer: Any) -> None:
     run(main)
 
 
+def test_first_call_later_on_a_loop_does_not_keep_its_context(run: Any) -> None:
+    """The first call_later() for a loop sets up the loop's watch of the
+    timer; the loop must not keep the caller's contextvars context for
+    that, or whatever the first request set there would live as long as
+    the loop.  From the loop's thread and from another."""
+    var: contextvars.ContextVar[object] = contextvars.ContextVar("var")
+    watch: list[weakref.ref[Any]] = []
+
+    def first_call(timer: hwtimer.HashedWheelTimer, loop: asyncio.AbstractEventLoop) -> None:
+        payload = _Payload()
+        watch.append(weakref.ref(payload))
+        var.set(payload)
+        timer.call_later(0.01, lambda: None, loop=loop)
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        here = hwtimer.HashedWheelTimer(0.005, 64)
+        there = hwtimer.HashedWheelTimer(0.005, 64)
+        try:
+            contextvars.copy_context().run(first_call, here, loop)
+            thread = threading.Thread(target=first_call, args=(there, loop))
+            thread.start()
+            thread.join()
+            await asyncio.sleep(0.1)  # both callbacks have run
+            gc.collect()
+            assert [ref() for ref in watch] == [None, None]
+        finally:
+            here.stop()
+            there.stop()
+
+    run(main)
+
+
 class _Payload:
     """Something a weak reference can watch."""
 
