@@ -129,6 +129,33 @@ bool hwt_cond_wait_until(pthread_cond_t *c, pthread_mutex_t *m, int64_t deadline
 #endif
 }
 
+bool hwt_mutex_lock_within(pthread_mutex_t *m, int64_t timeout_ns)
+{
+#if defined(__APPLE__)
+    /* no pthread_mutex_timedlock: tries once a millisecond */
+    struct timespec ms = timespec_of(1000000);
+    for (int64_t waited = 0;; waited += 1000000) {
+        if (pthread_mutex_trylock(m) == 0)
+            return true;
+        if (waited >= timeout_ns)
+            return false;
+        nanosleep(&ms, NULL);
+    }
+#else
+    /* its deadline is on CLOCK_REALTIME, taken afresh at each call */
+    struct timespec abs;
+    clock_gettime(CLOCK_REALTIME, &abs);
+    struct timespec rel = timespec_of(timeout_ns);
+    abs.tv_sec += rel.tv_sec;
+    abs.tv_nsec += rel.tv_nsec;
+    if (abs.tv_nsec >= 1000000000) {
+        abs.tv_sec++;
+        abs.tv_nsec -= 1000000000;
+    }
+    return pthread_mutex_timedlock(m, &abs) == 0;
+#endif
+}
+
 void hwt_park_until(hwt_park *p, int64_t deadline_ns)
 {
 #if HWT_SYS_FUTEX

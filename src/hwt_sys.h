@@ -96,6 +96,9 @@ int hwt_cond_init(pthread_cond_t *c);
    CLOCK_MONOTONIC reads `deadline_ns`.  Returns whether the deadline has
    passed; it may return early, so callers check their condition and loop. */
 bool hwt_cond_wait_until(pthread_cond_t *c, pthread_mutex_t *m, int64_t deadline_ns);
+/* Locks `m`, waiting for it about `timeout_ns` at most.  Returns whether
+   it is now held, so that a caller can do something else between waits. */
+bool hwt_mutex_lock_within(pthread_mutex_t *m, int64_t timeout_ns);
 
 /* A descriptor an event loop watches: one eventfd, or a pipe's two ends.
    Both ends are non-blocking and close-on-exec; -1 once closed. */

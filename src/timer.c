@@ -79,6 +79,10 @@ void hwtimer_timer_unlist_stopping(TimerObject *self)
 
 /* ---- a manual timer's start and stop: no threads ---- */
 
+/* How long a thread that waits for another's advance() waits between
+   looks for a signal. */
+#define MANUAL_SIGNAL_POLL_NS INT64_C(50000000)
+
 /* In a fork child, the first time it is locked there: a thread of the
    parent that held advance_lock (in an advance() or waiting for the GIL
    with it) did not come along, and would never release it.  Only the
@@ -105,10 +109,19 @@ int hwtimer_manual_lock(TimerObject *self, const char *what)
         return -1;
     }
     if (pthread_mutex_trylock(&self->advance_lock) != 0) {
-        /* another thread advances it: wait for it to finish */
-        Py_BEGIN_ALLOW_THREADS
-        pthread_mutex_lock(&self->advance_lock);
-        Py_END_ALLOW_THREADS
+        /* another thread advances it: wait for it to finish, running
+           signal handlers meanwhile (Ctrl-C raises out of the wait, which
+           has changed nothing), as a real timer's stop() does */
+        for (;;) {
+            bool locked;
+            Py_BEGIN_ALLOW_THREADS
+            locked = hwt_mutex_lock_within(&self->advance_lock, MANUAL_SIGNAL_POLL_NS);
+            Py_END_ALLOW_THREADS
+            if (locked)
+                break;
+            if (PyErr_CheckSignals() < 0)
+                return -1;
+        }
     }
     self->advancing = me;
     return 0;

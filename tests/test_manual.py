@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import gc
 import logging
+import os
+import signal
 import threading
 import weakref
 from collections.abc import Callable, Iterator
@@ -500,6 +502,43 @@ def test_stop_waits_for_an_advance_in_another_thread(manual: ManualTimer) -> Non
     stopper.join()
     assert finished == ["slow", 1]
     assert pending.is_cancelled()
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGALRM"), reason="needs SIGALRM")
+@pytest.mark.parametrize("call", ["stop", "advance"])
+def test_a_wait_for_an_advance_in_another_thread_handles_signals(
+    manual: ManualTimer, call: str
+) -> None:
+    # Ctrl-C raises out of the wait, as out of a real timer's stop(), and
+    # the wait has changed nothing: the task that began goes on
+    started, release = threading.Event(), threading.Event()
+    finished: list[str] = []
+
+    def slow(timeout: Timeout) -> None:
+        started.set()
+        release.wait(10)
+        finished.append("slow")
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    manual.new_timeout(slow, 0.01)
+    pending = manual.new_timeout(noop, 5)
+    thread = threading.Thread(target=manual.advance, args=(1,))
+    thread.start()
+    assert started.wait(10)
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            threading.Timer(0.05, os.kill, (os.getpid(), signal.SIGALRM)).start()
+            manual.stop() if call == "stop" else manual.advance(1)
+        assert finished == []  # out of the wait while the task still runs
+    finally:
+        signal.signal(signal.SIGALRM, previous)
+        release.set()
+        thread.join()
+    assert manual.time() == 1.0
+    assert manual.stop() == [pending]
 
 
 # ---- use_timer ----
