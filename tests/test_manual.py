@@ -479,9 +479,14 @@ def test_advances_from_several_threads_run_each_task_once(manual: ManualTimer) -
     assert manual.time() == pytest.approx(4 * 300 * 0.002)
 
 
-def test_stop_waits_for_an_advance_in_another_thread(manual: ManualTimer) -> None:
+def _start_a_held_advance(
+    manual: ManualTimer,
+) -> tuple[threading.Thread, threading.Event, list[object], Timeout]:
+    """Starts manual.advance(1) in a thread, where a task holds it until
+    the event returned is set.  Returns that thread, the event, a list the
+    task appends "slow" to as it ends, and a timeout left pending after."""
     started, release = threading.Event(), threading.Event()
-    finished: list[str] = []
+    finished: list[object] = []
 
     def slow(timeout: Timeout) -> None:
         started.set()
@@ -493,6 +498,11 @@ def test_stop_waits_for_an_advance_in_another_thread(manual: ManualTimer) -> Non
     thread = threading.Thread(target=manual.advance, args=(1,))
     thread.start()
     assert started.wait(10)
+    return thread, release, finished, pending
+
+
+def test_stop_waits_for_an_advance_in_another_thread(manual: ManualTimer) -> None:
+    thread, release, finished, pending = _start_a_held_advance(manual)
     stopper = threading.Thread(target=lambda: finished.append(len(manual.stop())))
     stopper.start()
     stopper.join(0.05)
@@ -511,22 +521,10 @@ def test_a_wait_for_an_advance_in_another_thread_handles_signals(
 ) -> None:
     # Ctrl-C raises out of the wait, as out of a real timer's stop(), and
     # the wait has changed nothing: the task that began goes on
-    started, release = threading.Event(), threading.Event()
-    finished: list[str] = []
-
-    def slow(timeout: Timeout) -> None:
-        started.set()
-        release.wait(10)
-        finished.append("slow")
-
     def interrupt(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
 
-    manual.new_timeout(slow, 0.01)
-    pending = manual.new_timeout(noop, 5)
-    thread = threading.Thread(target=manual.advance, args=(1,))
-    thread.start()
-    assert started.wait(10)
+    thread, release, finished, pending = _start_a_held_advance(manual)
     previous = signal.signal(signal.SIGALRM, interrupt)
     try:
         with pytest.raises(KeyboardInterrupt):
