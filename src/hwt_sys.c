@@ -43,6 +43,23 @@ static struct timespec timespec_of(int64_t ns)
     return ts;
 }
 
+#if !defined(__APPLE__)
+/* The CLOCK_REALTIME time `rel` from now: the deadline of the waits that
+   take only that clock. */
+static struct timespec realtime_after(struct timespec rel)
+{
+    struct timespec abs;
+    clock_gettime(CLOCK_REALTIME, &abs);
+    abs.tv_sec += rel.tv_sec;
+    abs.tv_nsec += rel.tv_nsec;
+    if (abs.tv_nsec >= 1000000000) {
+        abs.tv_sec++;
+        abs.tv_nsec -= 1000000000;
+    }
+    return abs;
+}
+#endif
+
 int hwt_cond_init(pthread_cond_t *c)
 {
 #if RELATIVE_WAIT || defined(__APPLE__)
@@ -112,14 +129,7 @@ bool hwt_cond_wait_until(pthread_cond_t *c, pthread_mutex_t *m, int64_t deadline
 #else
     /* Forced where absolute waits exist: a CLOCK_REALTIME deadline, taken
        afresh at each wait, stands in for the relative one. */
-    struct timespec abs;
-    clock_gettime(CLOCK_REALTIME, &abs);
-    abs.tv_sec += rel.tv_sec;
-    abs.tv_nsec += rel.tv_nsec;
-    if (abs.tv_nsec >= 1000000000) {
-        abs.tv_sec++;
-        abs.tv_nsec -= 1000000000;
-    }
+    struct timespec abs = realtime_after(rel);
     pthread_cond_timedwait(c, m, &abs);
 #endif
     return false; /* the caller loops: the next call sees the time left */
@@ -143,15 +153,7 @@ bool hwt_mutex_lock_within(pthread_mutex_t *m, int64_t timeout_ns)
     }
 #else
     /* its deadline is on CLOCK_REALTIME, taken afresh at each call */
-    struct timespec abs;
-    clock_gettime(CLOCK_REALTIME, &abs);
-    struct timespec rel = timespec_of(timeout_ns);
-    abs.tv_sec += rel.tv_sec;
-    abs.tv_nsec += rel.tv_nsec;
-    if (abs.tv_nsec >= 1000000000) {
-        abs.tv_sec++;
-        abs.tv_nsec -= 1000000000;
-    }
+    struct timespec abs = realtime_after(timespec_of(timeout_ns));
     return pthread_mutex_timedlock(m, &abs) == 0;
 #endif
 }
