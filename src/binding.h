@@ -596,6 +596,10 @@ extern PyType_Spec hwtimer_dispatch_spec;
 extern _Thread_local DispatchObject *hwtimer_this_thread_dispatch;
 /* Returns a new dispatch object sharing `timer`'s core, or NULL. */
 DispatchObject *hwtimer_dispatch_new(TimerObject *timer);
+/* How often a wait with the GIL released (for the dispatch thread in
+   stop(), for another thread's advance() of a ManualTimer) stops to run
+   signal handlers. */
+#define HWTIMER_SIGNAL_POLL_NS INT64_C(50000000)
 /* Lets whoever waits in hwtimer_dispatch_wait_done() go. */
 void hwtimer_dispatch_mark_done(DispatchObject *self);
 /* Waits, with the GIL released, until the dispatch thread has run its

@@ -10,10 +10,6 @@
 #include <errno.h>
 #include <unistd.h>
 
-/* How often stop() looks for signals while it waits for the dispatch
-   thread. */
-#define STOP_SIGNAL_POLL_NS INT64_C(50000000)
-
 /* The dispatcher whose thread this is, if it is a dispatch thread. */
 _Thread_local DispatchObject *hwtimer_this_thread_dispatch;
 
@@ -101,7 +97,7 @@ int hwtimer_dispatch_wait_done(DispatchObject *self)
         pthread_mutex_lock(&self->lock);
         if (!self->done)
             hwt_cond_wait_until(&self->done_cond, &self->lock,
-                                hwt_monotonic_ns(NULL) + STOP_SIGNAL_POLL_NS);
+                                hwt_monotonic_ns(NULL) + HWTIMER_SIGNAL_POLL_NS);
         done = self->done;
         pthread_mutex_unlock(&self->lock);
         Py_END_ALLOW_THREADS

@@ -79,10 +79,6 @@ void hwtimer_timer_unlist_stopping(TimerObject *self)
 
 /* ---- a manual timer's start and stop: no threads ---- */
 
-/* How long a thread that waits for another's advance() waits between
-   looks for a signal. */
-#define MANUAL_SIGNAL_POLL_NS INT64_C(50000000)
-
 /* In a fork child, the first time it is locked there: a thread of the
    parent that held advance_lock (in an advance() or waiting for the GIL
    with it) did not come along, and would never release it.  Only the
@@ -115,7 +111,7 @@ int hwtimer_manual_lock(TimerObject *self, const char *what)
         for (;;) {
             bool locked;
             Py_BEGIN_ALLOW_THREADS
-            locked = hwt_mutex_lock_within(&self->advance_lock, MANUAL_SIGNAL_POLL_NS);
+            locked = hwt_mutex_lock_within(&self->advance_lock, HWTIMER_SIGNAL_POLL_NS);
             Py_END_ALLOW_THREADS
             if (locked)
                 break;
