@@ -1150,11 +1150,10 @@ __attribute__((noinline)) static int cancel_locked(hwt_timer *t, hwt_timeout *to
         return HWT_EFINAL;
     }
     /* Counted now, not when the worker unlinks it (maybe a second from
-       now): pending_timeouts() and max_pending see the cancel at once.
-       The cancel lock serialises the writers of the counter.  One in its
-       run is counted by its re-arm. */
-    if (was != HWT_RUNNING && was != HWT_RUNNING_RESET)
-        count(&t->cancelled, 1);
+       now) nor, for a periodic one off the wheel, when its consumer ends
+       its run: pending_timeouts() and max_pending see the cancel at once.
+       The cancel lock serialises the writers of the counter. */
+    count(&t->cancelled, 1);
     if (t->cancel_closed || was == HWT_RUNNING || was == HWT_RUNNING_RESET || was == HWT_QUEUED) {
         /* Stopped: stop()'s sweep finds it cancelled and releases it.  Or
            off the wheel in its run: its re-arm finds it cancelled, and
@@ -1310,10 +1309,12 @@ static int rearm(hwt_timeout *to, bool next_run, int64_t period_ns, int64_t star
     int r = HWT_OK;
     int64_t next = 0;
     if (s == HWT_CANCELLED || t->cancel_closed) {
-        /* a cancel during the run, or stop(), which did not see it */
+        /* a cancel during the run (which counted it), or stop(), which
+           did not see it */
         atomic_store(&to->state, HWT_CANCELLED);
         r = s == HWT_CANCELLED ? HWT_ECANCELLED : HWT_ESTOPPED;
-        count_out(t, HWT_CANCELLED);
+        if (s != HWT_CANCELLED)
+            count_out(t, HWT_CANCELLED);
     } else if (s == HWT_RUNNING && next_run) {
         bool again;
         int missed = (int)((to->flags & MISSED_MASK) >> MISSED_SHIFT);
@@ -1350,10 +1351,12 @@ uint32_t hwt_timeout_finish(hwt_timeout *to, uint32_t final)
     hwt_timer *t = to->sink->timer;
     pthread_mutex_lock(&t->cancel_lock);
     uint32_t s = atomic_load(&to->state);
-    if (s != HWT_CANCELLED)
+    bool ends = s != HWT_CANCELLED; /* else cancel() ended and counted it */
+    if (ends)
         atomic_store(&to->state, s = final);
     pthread_mutex_unlock(&t->cancel_lock);
-    count_out(t, s);
+    if (ends)
+        count_out(t, s);
     return s;
 }
 

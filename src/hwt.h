@@ -276,8 +276,9 @@ int hwt_timeout_rearm(hwt_timeout *to, int64_t period_ns, int64_t start, int64_t
 int hwt_timeout_requeue(hwt_timeout *to);
 
 /* Ends a delivered periodic timeout for good (its task raised: `final`
-   HWT_EXPIRED; it will not run: HWT_CANCELLED), unless a cancel came
-   first, and counts it.  Returns its final state; the caller owns it. */
+   HWT_EXPIRED; it will not run: HWT_CANCELLED) and counts it, unless a
+   cancel came first (which counted it).  Returns its final state; the
+   caller owns it. */
 uint32_t hwt_timeout_finish(hwt_timeout *to, uint32_t final);
 
 /* Returns an HWT_* code or an errno value: HWT_OK if this call cancelled

@@ -889,6 +889,41 @@ def test_advance_counts_only_the_periodic_runs_that_happen(make_manual) -> None:
     assert task.times == [pytest.approx(1.05)]
 
 
+def test_a_periodic_cancelled_before_its_run_in_the_tick_counts_at_once(make_manual) -> None:
+    # due in the tick that runs, after the task that cancels it: once
+    # cancel() has returned True it is not pending, so a schedule at
+    # max_pending_timeouts is accepted
+    timer = make_manual(0.01, 16, max_pending_timeouts=2)
+    seen, later = [], []
+
+    def cancel_the_other(to: Timeout) -> None:
+        assert other.cancel() is True
+        seen.append((timer.pending_timeouts(), timer.stats()["cancelled"]))
+        later.append(timer.new_timeout(str, 1))
+
+    first = timer.new_periodic(cancel_the_other, 0.05)
+    other = timer.new_periodic(str, 0.05)
+    assert timer.advance(0.05) == 1
+    assert seen == [(1, 1)] and len(later) == 1
+    assert timer.pending_timeouts() == 2
+    assert timer.stats()["cancelled"] == 1
+    assert sorted(map(id, timer.stop())) == sorted(map(id, [first, later[0]]))
+
+
+def test_a_periodic_cancelled_in_its_own_run_counts_at_once(make_manual) -> None:
+    timer = make_manual(0.01, 16)
+    seen = []
+
+    def cancel_itself(to: Timeout) -> None:
+        assert to.cancel() is True
+        seen.append((timer.pending_timeouts(), timer.stats()["cancelled"]))
+
+    timer.new_periodic(cancel_itself, 0.05)
+    assert timer.advance(0.2) == 1
+    assert seen == [(0, 1)]
+    assert (timer.pending_timeouts(), timer.stats()["cancelled"]) == (0, 1)
+
+
 def test_advance_counts_a_periodic_run_that_raises_once(make_manual) -> None:
     # the run that raises ends the periodic timeout: one task ran, not two
     timer = make_manual(0.01, 16)

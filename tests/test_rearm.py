@@ -351,6 +351,7 @@ def test_cancel_during_a_run_from_another_thread(timer) -> None:
     p = timer.new_periodic(task, 0.005)
     assert started.wait(DEADLINE)
     assert p.cancel() is True  # while it runs
+    assert timer.pending_timeouts() == 0  # a cancel counts at once
     release.set()
     time.sleep(0.1)
     assert got == [1]
