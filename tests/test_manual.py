@@ -957,6 +957,31 @@ def test_periodic_with_a_first_delay_and_stop(make_manual) -> None:
     assert periodic.is_cancelled()
 
 
+def test_ticks_count_from_the_timers_start(make_manual) -> None:
+    for start in (ManualTimer.start, lambda timer: None):
+        timer = make_manual()
+        timer.advance(0.0005)  # not started: this moves only the clock
+        start(timer)
+        task = Recorder(timer)
+        timer.new_timeout(task, 0.001)
+        timer.advance(0.01)
+        assert task.times == [0.0015]
+
+
+def test_a_reset_keeps_its_place_in_the_tick_only_before_the_wheel_took_it(
+    manual: ManualTimer,
+) -> None:
+    order: list[str] = []
+    for advance_between in (False, True):
+        a = manual.new_timeout(lambda to: order.append("a"), 0.005)
+        manual.new_timeout(lambda to: order.append("b"), 0.005)
+        if advance_between:
+            manual.advance(0.001)  # both in the wheel now
+        assert a.reset(0.005 - 0.001 * advance_between) is True
+        manual.advance(0.01)
+    assert order == ["a", "b", "b", "a"]
+
+
 def test_reset_moves_the_deadline_on_the_manual_clock(manual: ManualTimer) -> None:
     task = Recorder(manual)
     timeout = manual.new_timeout(task, 10)
