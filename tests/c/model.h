@@ -617,10 +617,13 @@ static int64_t m_pick_jump(m_run *r)
 static bool m_rearm(m_run *r, m_item *it, int64_t start, int64_t end, int during, int64_t delay)
 {
     int64_t d = it->deadline, rs = start - r->start, re = end - r->start;
-    if (during == 1) { /* cancelled in its run: it ends, counted now */
+    if (during == 1) { /* cancelled in its run: it ends, counted at once */
         M_CHECK(r, hwt_timeout_cancel(&it->to) == HWT_OK, "cancel of running item %u failed",
                 it->id);
         M_CHECK(r, hwt_timeout_cancel(&it->to) == HWT_EFINAL, "second cancel of item %u", it->id);
+        r->cancelled++;
+        r->pending--;
+        m_check_counts(r);
     } else if (during == 2) { /* reset in its run: the next run is there */
         M_CHECK(r, hwt_timeout_reset(&it->to, delay) == HWT_OK, "reset of running item %u", it->id);
         it->deadline = m_deadline_after(m_rel(r), delay);
@@ -642,8 +645,7 @@ static bool m_rearm(m_run *r, m_item *it, int64_t start, int64_t end, int during
         M_CHECK(r, atomic_load(&it->to.state) == HWT_CANCELLED, "item %u not cancelled", it->id);
         it->where = M_FREE;
         it->delivered = false;
-        r->cancelled++;
-        r->pending--;
+        m_check_counts(r); /* the re-arm counted it no second time */
         return false;
     }
     bool again = false;
