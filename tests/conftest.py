@@ -27,11 +27,27 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 import hwtimer
 
 #: How long to wait for something that should happen "soon".
 DEADLINE = 10.0
+
+# The random programs of the hypothesis tests are the same on every run, so
+# that a failure is one anyone can repeat; `pytest --hypothesis-profile=
+# explore` searches afresh, and longer.  Generating a program is quick, but
+# a loaded machine or a sanitizer build can make it look slow.
+settings.register_profile(
+    "repeatable",
+    max_examples=150,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile(
+    "explore", max_examples=3000, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.load_profile("repeatable")
 
 #: The directory that holds the hwtimer package under test, for subprocesses.
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(hwtimer.__file__)))

@@ -11,19 +11,16 @@ policy, and what a task schedules, cancels or re-arms is processed in the
 same advance when it falls due before the new time.  Tasks themselves
 schedule, cancel, re-arm and raise.  Every time is a whole number of
 microseconds, so the model's nanoseconds are exact.
-
-HWTIMER_MODEL_EXAMPLES=3000 searches longer than the suite's 150 programs.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from hypothesis import HealthCheck, settings
+from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
@@ -111,6 +108,7 @@ class ManualTimerModel(RuleBasedStateMachine):
         self.max_pending = max_pending
         self.now = 0
         self.origin: int | None = None  # the clock when the timer started
+        self.stopped = False
         self.seq = 0
         self.entries: list[Entry] = []
         self.handles: list[Timeout] = []
@@ -128,10 +126,10 @@ class ManualTimerModel(RuleBasedStateMachine):
         logger = logging.getLogger("hwtimer")
         logger.removeHandler(self.handler)
         logger.propagate = self.propagate
-        returned = self.timer.stop()
-        pending = [self.handles[e.ident] for e in self.entries if e.state == "pending"]
-        assert sorted(map(id, returned)) == sorted(map(id, pending))
-        assert all(t.is_cancelled() for t in returned)
+        if self.stopped:
+            assert self.timer.stop() == []
+        else:
+            self.stop()
 
     # ---- the model's rules --------------------------------------------
 
@@ -190,9 +188,9 @@ class ManualTimerModel(RuleBasedStateMachine):
                 run.result = (
                     target.cancel() if kind == "cancel" else target.reset(seconds(action[2]))
                 )
-            elif kind == "advance":
+            elif kind in ("advance", "stop"):
                 try:
-                    timer.advance(0)
+                    timer.advance(0) if kind == "advance" else timer.stop()
                 except RuntimeError:
                     run.result = "refused"
 
@@ -220,12 +218,17 @@ class ManualTimerModel(RuleBasedStateMachine):
                 handle = self.timer.new_timeout(task, seconds(delay_us))
         except hwtimer.RejectedExecutionError:
             return "rejected"
+        except RuntimeError:
+            return "stopped"
         self.handles.append(handle)
         return ident
 
     def schedule_model(
         self, result: Any, action: Action, delay_us: int | None, now: int, **periodic: Any
     ) -> None:
+        if self.stopped:
+            assert result == "stopped"
+            return
         full = self.max_pending > 0 and len(self.pending()) >= self.max_pending
         if full:
             assert result == "rejected"
@@ -311,7 +314,7 @@ class ManualTimerModel(RuleBasedStateMachine):
             elif expect:
                 self.arm(target, self.after(end, entry.action[2]), end, reset=True)
                 target.reset_in_run = target is entry
-        elif kind == "advance":
+        elif kind in ("advance", "stop"):
             assert run.result == "refused"
 
     # ---- rules -----------------------------------------------------------
@@ -326,6 +329,7 @@ class ManualTimerModel(RuleBasedStateMachine):
         st.just(("none",)),
         st.just(("raise",)),
         st.just(("advance",)),
+        st.just(("stop",)),
         st.tuples(st.just("schedule"), st.integers(-1_000, 20_000) | st.none()),
         st.tuples(st.just("cancel"), st.integers(0, 50) | st.just("self")),
         st.tuples(
@@ -371,6 +375,22 @@ class ManualTimerModel(RuleBasedStateMachine):
         assert self.handles[entry.ident].reset(seconds(delay_us)) is expect
         if expect:
             self.arm(entry, self.after(self.now, delay_us), self.now, reset=True)
+
+    @precondition(lambda self: not self.stopped)
+    @rule()
+    def stop(self) -> None:
+        """stop(): the pending ones, now cancelled; nothing runs after it,
+        and what comes after it is refused or does nothing."""
+        assert self.timer is not None
+        returned = self.timer.stop()
+        pending = self.pending()
+        assert sorted(map(id, returned)) == sorted(id(self.handles[e.ident]) for e in pending)
+        assert all(t.is_cancelled() for t in returned)
+        for entry in pending:
+            entry.state = "cancelled"
+        self.counts.cancelled += len(pending)
+        self.stopped = True
+        self.check_counts()
 
     @rule(step_us=st.integers(0, 25_000) | st.integers(0, 2_000_000))
     def advance(self, step_us: int) -> None:
@@ -456,10 +476,5 @@ class _Collect(logging.Handler):
         self.records.append(record)
 
 
-ManualTimerModel.TestCase.settings = settings(
-    max_examples=int(os.environ.get("HWTIMER_MODEL_EXAMPLES", "150")),
-    stateful_step_count=40,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow],
-)
+ManualTimerModel.TestCase.settings = settings(stateful_step_count=40, deadline=None)
 TestManualTimerModel = ManualTimerModel.TestCase

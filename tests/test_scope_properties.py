@@ -634,7 +634,7 @@ def check_run(result: Run) -> None:
     event(f"the task: {result.events[-1][1:]}")
 
 
-@settings(max_examples=200, deadline=None)
+@settings(deadline=None)
 @given(programs())
 def test_random_scopes_on_the_manual_clock(program: Program) -> None:
     world = HwtimerWorld(program)
