@@ -12,7 +12,8 @@ ManualTimer, and through a model of what the documentation promises:
   ``start()``), or at the next tick if that one has passed when the wheel
   takes it in; it runs once, in the loop's thread, while ``time()`` reads
   that tick's end, and a ``call_every`` one on its grid (period >= tick:
-  every ``missed`` policy gives the same runs);
+  every ``missed`` policy gives the same runs, except after a run a whole
+  tick late, when ``"burst"`` runs the next grid point at once);
 - callbacks of one tick run in the order the wheel took them in: a tick
   (and ``stats()``) first relinks those reset since, in reset order, then
   takes in those scheduled since, in scheduling order;
@@ -265,8 +266,15 @@ class Model:
             it.reset_in_run = False
             self.requeue(it)
         else:
-            # period >= tick: the next grid point is after this run's tick
             it.deadline += it.spec.period_us * US
+            if it.spec.missed == "burst" and it.deadline <= self.clock:
+                # a run a whole tick late (its first deadline at or before
+                # its schedule, or a reset to one): the next grid point is
+                # due already, and a burst runs it at once, back to back
+                self.run(it, api)
+                return
+            # period >= tick: otherwise the next grid point is after this
+            # run's tick, and skip and delay wait for it as well
             self.requeue(it)
 
     def advance(self, seconds_us: int, api: Any) -> int:
