@@ -422,6 +422,12 @@ void hwtimer_native_name(const char *name, char out[16]);
 /* Reads a non-bool int argument into *out, saturated to LLONG_MIN or
    LLONG_MAX.  Returns 0 or -1 with TypeError. */
 int hwtimer_parse_int(PyObject *obj, const char *what, long long *out);
+/* Sets ValueError "<rule>, not <repr(obj)>".  An object whose repr()
+   fails with an Exception (an int too long for repr(), a __repr__ that
+   raises) is shown by its type instead, so that the ValueError stands; a
+   BaseException raised by repr() (KeyboardInterrupt) is left set instead.
+   Returns -1. */
+int hwtimer_value_error(const char *rule, PyObject *obj);
 /* A function's parameters: `names` in order, the first npositional_only
    of them only by position, the last nkeyword_only only by keyword, the
    first nrequired required.  With `varargs`, more positional arguments

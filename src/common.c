@@ -322,6 +322,22 @@ int hwtimer_parse_int(PyObject *obj, const char *what, long long *out)
     return 0;
 }
 
+int hwtimer_value_error(const char *rule, PyObject *obj)
+{
+    PyObject *r = PyObject_Repr(obj);
+    if (!r) {
+        if (!PyErr_ExceptionMatches(PyExc_Exception))
+            return -1;
+        PyErr_Clear();
+        PyErr_Format(PyExc_ValueError, "%s, not <%.200s object>", rule,
+                     hwtimer_type_name(Py_TYPE(obj)));
+        return -1;
+    }
+    PyErr_Format(PyExc_ValueError, "%s, not %U", rule, r);
+    Py_DECREF(r);
+    return -1;
+}
+
 /* ---- binding arguments to parameters ---- */
 
 /* The parameters that may be given by position. */

@@ -95,11 +95,9 @@ static int parse_advance(TimerObject *self, PyObject *obj, int64_t *ns)
     int64_t now = atomic_load(&self->manual_now);
     double x = nearbyint(seconds * 1e9);
     if (!(x >= 0) || !(x < 9.2e18 - (double)now)) {
-        PyErr_Format(PyExc_ValueError,
-                     "seconds must be >= 0 and finite (and keep the clock within 64-bit "
-                     "nanoseconds), not %R",
-                     obj);
-        return -1;
+        return hwtimer_value_error("seconds must be >= 0 and finite (and keep the clock within "
+                                   "64-bit nanoseconds)",
+                                   obj);
     }
     *ns = (int64_t)x;
     return 0;

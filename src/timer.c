@@ -415,10 +415,8 @@ static int parse_tick(hwtimer_state *st, PyObject *tick_o, double default_tick, 
     if (tick_o && hwtimer_parse_seconds(st, tick_o, "tick_duration", &tick) < 0 &&
         hwtimer_huge_seconds(tick_o, &tick) < 0)
         return -1;
-    if (!(tick > 0) || (isinf(tick) && !PyIndex_Check(tick_o))) {
-        PyErr_Format(PyExc_ValueError, "tick_duration must be > 0 and finite, not %R", tick_o);
-        return -1;
-    }
+    if (!(tick > 0) || (isinf(tick) && !PyIndex_Check(tick_o)))
+        return hwtimer_value_error("tick_duration must be > 0 and finite", tick_o);
     *clamped = tick < 0.001;
     if (*clamped)
         tick = 0.001;
@@ -490,11 +488,8 @@ static int parse_config(hwtimer_state *st, const hwtimer_timer_args *a, hwt_conf
     if (a->ticks_per_wheel && hwtimer_parse_int(a->ticks_per_wheel, "ticks_per_wheel", &ticks) < 0)
         return -1;
     uint32_t wheel = 0;
-    if (ticks <= 0 || hwt_round_ticks((uint64_t)ticks, &wheel) != 0) {
-        PyErr_Format(PyExc_ValueError, "ticks_per_wheel must be in 1..2**30, not %R",
-                     a->ticks_per_wheel);
-        return -1;
-    }
+    if (ticks <= 0 || hwt_round_ticks((uint64_t)ticks, &wheel) != 0)
+        return hwtimer_value_error("ticks_per_wheel must be in 1..2**30", a->ticks_per_wheel);
     if (tick * 1e9 >= 9.2e18 / wheel) {
         PyErr_SetString(PyExc_ValueError,
                         "tick_duration * ticks_per_wheel does not fit in 64-bit nanoseconds");
@@ -733,10 +728,8 @@ static int parse_periodic(hwtimer_state *st, PyObject *period_o, PyObject *delay
     static const char *const policies[] = {"skip", "delay", "burst"};
     if (hwtimer_parse_delay(st, period_o, "period", period) < 0)
         return -1;
-    if (*period <= 0) {
-        PyErr_Format(PyExc_ValueError, "period must be > 0, not %R", period_o);
-        return -1;
-    }
+    if (*period <= 0)
+        return hwtimer_value_error("period must be > 0", period_o);
     *delay = *period;
     if (delay_o && delay_o != Py_None && hwtimer_parse_delay(st, delay_o, "delay", delay) < 0)
         return -1;
@@ -750,8 +743,7 @@ static int parse_periodic(hwtimer_state *st, PyObject *period_o, PyObject *delay
             return 0;
         }
     }
-    PyErr_Format(PyExc_ValueError, "missed must be 'skip', 'delay' or 'burst', not %R", missed_o);
-    return -1;
+    return hwtimer_value_error("missed must be 'skip', 'delay' or 'burst'", missed_o);
 }
 
 static PyObject *timer_new_periodic(TimerObject *self, PyObject *const *args, Py_ssize_t nargs,
@@ -962,7 +954,7 @@ static PyObject *timer_pending_snapshot(TimerObject *self, PyObject *const *args
     if (limit_o && hwtimer_parse_int(limit_o, "limit", &limit) < 0)
         return NULL;
     if (limit < 0) {
-        PyErr_Format(PyExc_ValueError, "limit must be >= 0, not %R", limit_o);
+        hwtimer_value_error("limit must be >= 0", limit_o);
         return NULL;
     }
     /* a limit past what memory can hold is no limit: the walk stops at the

@@ -28,6 +28,7 @@ from conftest import (
 )
 
 from hwtimer import HashedWheelTimer, Timeout
+from hwtimer.testing import ManualTimer
 
 NAN = float("nan")
 INF = float("inf")
@@ -364,6 +365,67 @@ def test_delay_conversion_errors_propagate(busy_timer, exc, index) -> None:
         timer.new_timeout(noop, raising(exc, index))
     assert info.value is exc
     assert_nothing_scheduled_and_still_working(timer, pending, scheduled)
+
+
+class FloatReprRaises(HasFloat):
+    def __repr__(self) -> str:
+        raise ZeroDivisionError("repr-boom")
+
+
+class IndexReprRaises(HasIndex):
+    def __repr__(self) -> str:
+        raise ZeroDivisionError("repr-boom")
+
+
+class StrReprRaises(str):
+    def __repr__(self) -> str:
+        raise ZeroDivisionError("repr-boom")
+
+
+HUGE = 10**5000  # more digits than int's repr() gives by default (4300)
+
+# A value refused with ValueError is named in the message; one whose
+# repr() fails (or an int too long for repr()) is still refused with that
+# ValueError, not with what repr() raised.
+UNSHOWABLE_VALUES = [
+    ("tick-repr-raises", lambda timer: HashedWheelTimer(FloatReprRaises(0.0)), "tick_duration"),
+    ("tick-huge-negative", lambda timer: HashedWheelTimer(-HUGE), "tick_duration"),
+    (
+        "ticks_per_wheel-repr-raises",
+        lambda timer: HashedWheelTimer(0.1, IndexReprRaises(-1)),
+        "ticks_per_wheel",
+    ),
+    ("ticks_per_wheel-huge", lambda timer: HashedWheelTimer(0.1, HUGE), "ticks_per_wheel"),
+    (
+        "manual-tick-repr-raises",
+        lambda timer: ManualTimer(FloatReprRaises(-1.0)),
+        "tick_duration",
+    ),
+    ("period-repr-raises", lambda timer: timer.new_periodic(noop, FloatReprRaises(0.0)), "period"),
+    ("period-huge-negative", lambda timer: timer.new_periodic(noop, -HUGE), "period"),
+    (
+        "missed-repr-raises",
+        lambda timer: timer.new_periodic(noop, 1, missed=StrReprRaises("never")),
+        "missed",
+    ),
+    ("missed-huge", lambda timer: timer.new_periodic(noop, 1, missed=HUGE), "missed"),
+    ("limit-repr-raises", lambda timer: timer.pending_snapshot(IndexReprRaises(-1)), "limit"),
+    ("limit-huge-negative", lambda timer: timer.pending_snapshot(-HUGE), "limit"),
+    ("advance-repr-raises", lambda timer: timer.advance(FloatReprRaises(-1.0)), "seconds"),
+    ("advance-huge-negative", lambda timer: timer.advance(-HUGE), "seconds"),
+]
+
+
+@pytest.mark.parametrize(
+    "call, name", [c[1:] for c in UNSHOWABLE_VALUES], ids=[c[0] for c in UNSHOWABLE_VALUES]
+)
+def test_a_value_that_cannot_be_shown_is_still_a_value_error(call, name) -> None:
+    with ManualTimer(0.01, 64) as timer:
+        timer.new_timeout(noop, 60)
+        state = timer.pending_snapshot(), timer.stats()["scheduled"], timer.time()
+        with pytest.raises(ValueError, match=rf"^{name} must be .*, not "):
+            call(timer)
+        assert (timer.pending_snapshot(), timer.stats()["scheduled"], timer.time()) == state
 
 
 BAD_TASKS = [
