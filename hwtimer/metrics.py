@@ -263,10 +263,12 @@ def _require_methods(obj: Any, what: str, kind: str, *methods: str) -> None:
         raise TypeError(f"{what} must be {kind}, not {type(obj).__name__}")
 
 
-#: The meters register_otel() has created its instruments on.  A meter
-#: asked again for an instrument it has returns the one it has and drops
-#: the new callbacks, so a second call would leave its timers out unseen.
-_otel_meters: weakref.WeakSet[Any] = weakref.WeakSet()
+#: The meters register_otel() has created its instruments on, by id(): a
+#: meter is the object, whatever its __eq__ and __hash__ say (the entry
+#: goes with the meter, before its id can be reused).  A meter asked again
+#: for an instrument it has returns the one it has and drops the new
+#: callbacks, so a second call would leave its timers out unseen.
+_otel_meters: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
 _otel_lock = threading.Lock()
 
 
@@ -281,14 +283,14 @@ def register_otel(meter: Any, *timers: HashedWheelTimer) -> list[Any]:
     timer_set = _Timers(timers)
     _require_methods(meter, "meter", "an OpenTelemetry Meter", *_OTEL_KINDS.values())
     with _otel_lock:
-        if meter in _otel_meters:
+        if _otel_meters.get(id(meter)) is meter:
             raise ValueError(
                 "this meter has hwtimer's instruments already: register_otel() takes"
                 " all timers of one meter in one call"
             )
         instruments = _create_otel(otel, meter, timer_set)
         try:
-            _otel_meters.add(meter)
+            _otel_meters[id(meter)] = meter
         except TypeError:  # a meter that cannot be weakly referenced goes unchecked
             pass
     return instruments

@@ -482,6 +482,57 @@ def test_otel_a_refused_call_leaves_the_meter_free(make_timer, otel_reader):
     assert [p.attributes for p in points] == [{"timer": "later"}]
 
 
+class MeterByName:
+    """A meter that wraps another and, as a dataclass would, compares
+    equal to any other of the same name: unhashable, or (with hash) equal
+    to a different meter."""
+
+    def __init__(self, meter: object, name: str, hashable: bool) -> None:
+        self.meter = meter
+        self.name = name
+        self.hashable = hashable
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, MeterByName) and other.name == self.name
+
+    def __hash__(self) -> int:
+        if not self.hashable:
+            raise TypeError(f"unhashable type: {type(self).__name__!r}")
+        return hash(self.name)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.meter, name)
+
+
+def test_otel_knows_its_meters_by_identity(make_timer):
+    """A meter is one register_otel() has used by being that object, not by
+    comparing equal to it: an unhashable meter is taken, and so is another
+    meter that compares equal to one already used."""
+    pytest.importorskip("opentelemetry.sdk")
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    readers = [InMemoryMetricReader() for _ in range(3)]
+    providers = [MeterProvider(metric_readers=[r]) for r in readers]
+    try:
+        meters = [
+            MeterByName(providers[0].get_meter("a"), "same", hashable=False),
+            MeterByName(providers[1].get_meter("b"), "same", hashable=True),
+            MeterByName(providers[2].get_meter("c"), "same", hashable=True),
+        ]
+        for i, (meter, reader) in enumerate(zip(meters, readers)):
+            timer = make_timer(thread_name=f"by-identity-{i}")
+            assert len(metrics.register_otel(meter, timer)) == len(metrics.FIGURES) + 1
+            points = otel_metrics(reader)["hwtimer.timeouts.pending"].data.data_points
+            assert [p.attributes for p in points] == [{"timer": f"by-identity-{i}"}]
+        # the very same meter is still refused
+        with pytest.raises(ValueError, match="register_otel"):
+            metrics.register_otel(meters[1], make_timer(thread_name="again"))
+    finally:
+        for provider in providers:
+            provider.shutdown()
+
+
 # ---- the README's examples ----
 
 
