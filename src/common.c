@@ -358,7 +358,9 @@ static int check_positional(const hwtimer_signature *sig, Py_ssize_t nargs)
 }
 
 /* Binds the keyword argument `key` (a str) to the parameter of that name,
-   which must not be positional-only nor bound already.  Returns 0 or -1. */
+   which must not be positional-only nor bound already.  Returns 0 or -1.
+   The messages show the name by %U, not by its repr() or str(): those of
+   a str subclass may raise, and the TypeError must still be the error. */
 static int bind_keyword(const hwtimer_signature *sig, PyObject *key, PyObject *value,
                         PyObject **out)
 {
@@ -367,14 +369,14 @@ static int bind_keyword(const hwtimer_signature *sig, PyObject *key, PyObject *v
         if (!same_name)
             continue;
         if (out[i]) {
-            PyErr_Format(PyExc_TypeError, "%s() got multiple values for argument %R", sig->fname,
+            PyErr_Format(PyExc_TypeError, "%s() got multiple values for argument '%U'", sig->fname,
                          key);
             return -1;
         }
         out[i] = value;
         return 0;
     }
-    PyErr_Format(PyExc_TypeError, "%s() got an unexpected keyword argument %R", sig->fname, key);
+    PyErr_Format(PyExc_TypeError, "%s() got an unexpected keyword argument '%U'", sig->fname, key);
     return -1;
 }
 

@@ -488,14 +488,37 @@ SIGNATURES = [
 ]
 
 
+class UnprintableName(str):
+    """A keyword name whose repr() and str() raise: the message shows it
+    all the same, and the error is still the TypeError."""
+
+    def __repr__(self) -> str:
+        raise RuntimeError("repr")
+
+    def __str__(self) -> str:
+        raise RuntimeError("str")
+
+
+@pytest.mark.parametrize("name", [str, UnprintableName], ids=["str", "unprintable"])
 @pytest.mark.parametrize("method, args, kwargs", SIGNATURES, ids=[s[0] for s in SIGNATURES])
-def test_every_method_refuses_an_unknown_keyword(busy_timer, method, args, kwargs) -> None:
+def test_every_method_refuses_an_unknown_keyword(busy_timer, method, args, kwargs, name) -> None:
     timer = busy_timer
     pending, scheduled = timer.pending_timeouts(), timer.stats()["scheduled"]
     with pytest.raises(
         TypeError, match=rf"^{method}\(\) got an unexpected keyword argument 'extra'$"
     ):
-        getattr(timer, method)(*args, **kwargs, extra=1)
+        getattr(timer, method)(*args, **kwargs, **{name("extra"): 1})
+    assert_nothing_scheduled_and_still_working(timer, pending, scheduled)
+
+
+@pytest.mark.parametrize("name", [str, UnprintableName], ids=["str", "unprintable"])
+def test_a_keyword_given_by_position_too_is_refused(busy_timer, name) -> None:
+    timer = busy_timer
+    pending, scheduled = timer.pending_timeouts(), timer.stats()["scheduled"]
+    with pytest.raises(
+        TypeError, match=r"^new_timeout\(\) got multiple values for argument 'delay'$"
+    ):
+        timer.new_timeout(noop, 1, **{name("delay"): 2})
     assert_nothing_scheduled_and_still_working(timer, pending, scheduled)
 
 
