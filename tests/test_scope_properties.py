@@ -2,7 +2,7 @@
 
 A program is a task that nests one to three scopes (``hwtimer.timeout()``,
 ``timeout_at()``, ``timeout(None)``, a ``timeout()`` made before a sleep
-and entered after it, or, on 3.11 and later, ``asyncio.timeout()`` among
+and entered after it, or, from 3.11.3, ``asyncio.timeout()`` among
 them), whose bodies sleep (``hwtimer.sleep()``, a ``timer.call_later()``
 future, ``hwtimer.wait_for()``), reschedule their own or an outer scope
 (earlier, later, into the past, ``None``), touch a scope that has exited,
@@ -25,7 +25,7 @@ that tick and never before; ``TimeoutError`` comes out of the scope whose
 cancellation it was, and of no other; an outside ``cancel()`` stays a
 ``CancelledError``; ``Task.cancelling()`` is back where it was once a scope
 has exited; ``when()`` and ``expired()`` tell what happened; and no
-deadline of the library is left on the timer.  On 3.11 and later the same
+deadline of the library is left on the timer.  From 3.11.3 the same
 program whose driver moves the clock by whole ticks also runs with
 asyncio's own helpers on a loop whose fake clock moves tick by tick the same
 way, and both must give the same trace.
@@ -39,6 +39,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from conftest import ASYNCIO_TIMEOUT_IS_REFERENCE
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
@@ -150,7 +151,7 @@ def programs(draw: Any) -> Program:
     # hwtimer's scopes, and asyncio.timeout() among them, which they must
     # combine with as asyncio's own nested scopes do
     kinds = ["timeout", "timeout_at", "none", "early"]
-    if HAS_CANCELLING and not fine and not real_loop:
+    if ASYNCIO_TIMEOUT_IS_REFERENCE and not fine and not real_loop:
         kinds.append("asyncio")
     return Program(
         tick=draw(st.sampled_from([1.0, 0.25])),
@@ -648,7 +649,7 @@ def test_random_scopes_on_the_manual_clock(program: Program) -> None:
             assert world.timer.task_errors == []
         finally:
             world.timer.stop()
-    if sys.version_info >= (3, 11) and not program.fine and not program.real_loop:
+    if ASYNCIO_TIMEOUT_IS_REFERENCE and not program.fine and not program.real_loop:
         reference = run(program, AsyncioWorld(program))
         check_run(reference)  # the rules hold for asyncio itself
         assert result.events == reference.events
