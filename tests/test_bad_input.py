@@ -79,6 +79,13 @@ def raising(exc: BaseException, index: bool) -> object:
     return RaisesIndex(exc) if index else RaisesFloat(exc)
 
 
+def fresh(exc: BaseException) -> BaseException:
+    """A new instance of a parametrized exception: one raised before keeps
+    its traceback, and each raise adds to it, so a test run again (as
+    scripts/refleaks.sh does) would keep all its earlier frames alive."""
+    return type(exc)(*exc.args)
+
+
 class FloatReturnsStr:
     def __float__(self):
         return "0.5"
@@ -196,6 +203,7 @@ def test_a_tick_below_any_double_is_refused_as_negative(tick) -> None:
 )
 @pytest.mark.parametrize("argument", ["tick_duration", "ticks_per_wheel", "max_pending_timeouts"])
 def test_constructor_conversion_errors_propagate(argument, exc) -> None:
+    exc = fresh(exc)
     bad = raising(exc, index=argument != "tick_duration")
     with pytest.raises(type(exc)) as info:
         HashedWheelTimer(**{argument: bad})
@@ -208,6 +216,8 @@ def test_constructor_conversion_errors_propagate(argument, exc) -> None:
     ids=["ZeroDivisionError", "KeyboardInterrupt"],
 )
 def test_an_error_reading_the_executors_submit_propagates(exc) -> None:
+    exc = fresh(exc)
+
     # Only an AttributeError means "has no submit()": anything else that
     # reading it raises is the caller's to see, as getattr() would show it.
     class Executor:
@@ -359,6 +369,7 @@ CONVERSION_ERRORS = [
     "exc, index", [c[1:] for c in CONVERSION_ERRORS], ids=[c[0] for c in CONVERSION_ERRORS]
 )
 def test_delay_conversion_errors_propagate(busy_timer, exc, index) -> None:
+    exc = fresh(exc)
     timer = busy_timer
     pending, scheduled = timer.pending_timeouts(), timer.stats()["scheduled"]
     with pytest.raises(type(exc)) as info:
