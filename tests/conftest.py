@@ -50,49 +50,6 @@ settings.register_profile(
 settings.load_profile("repeatable")
 
 
-def _asyncio_timeout_follows_current_rules() -> bool:
-    """Whether asyncio.timeout() is the reference that hwtimer's scopes are
-    checked against.  It is new in 3.11, and 3.11.0-3.11.2 (Debian 12's
-    python3 among them) predate some of its rules, which hwtimer follows:
-    the TimeoutError's __cause__ is the CancelledError, a scope refuses to
-    be entered twice, and reschedule() before entering is a RuntimeError."""
-    if sys.version_info < (3, 11):
-        return False
-
-    async def probe() -> bool:
-        try:
-            async with asyncio.timeout(0):
-                await asyncio.sleep(1)
-        except TimeoutError as e:
-            if not isinstance(e.__cause__, asyncio.CancelledError):
-                return False
-        scope = asyncio.timeout(None)
-        try:
-            scope.reschedule(1)
-        except RuntimeError:
-            pass
-        except AssertionError:  # 3.11.2: an assert, not a RuntimeError
-            return False
-        async with scope:
-            pass
-        try:
-            async with scope:
-                pass
-        except RuntimeError:
-            return True
-        return False
-
-    loop = asyncio.new_event_loop()
-    try:
-        return loop.run_until_complete(probe())
-    finally:
-        loop.close()
-
-
-#: asyncio.timeout() exists and follows the rules of 3.11.3 and later.
-ASYNCIO_TIMEOUT_IS_REFERENCE = _asyncio_timeout_follows_current_rules()
-
-
 #: The directory that holds the hwtimer package under test, for subprocesses.
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(hwtimer.__file__)))
 
@@ -332,6 +289,46 @@ def event_loop(
         yield loop
     finally:
         loop.close()
+
+
+def _asyncio_timeout_follows_current_rules() -> bool:
+    """Whether asyncio.timeout() is the reference that hwtimer's scopes are
+    checked against.  It is new in 3.11, and 3.11.0-3.11.2 (Debian 12's
+    python3 among them) predate some of its rules, which hwtimer follows:
+    the TimeoutError's __cause__ is the CancelledError, a scope refuses to
+    be entered twice, and reschedule() before entering is a RuntimeError."""
+    if sys.version_info < (3, 11):
+        return False
+
+    async def probe() -> bool:
+        try:
+            async with asyncio.timeout(0):
+                await asyncio.sleep(1)
+        except TimeoutError as e:
+            if not isinstance(e.__cause__, asyncio.CancelledError):
+                return False
+        scope = asyncio.timeout(None)
+        try:
+            scope.reschedule(1)
+        except RuntimeError:
+            pass
+        except AssertionError:  # 3.11.2: an assert, not a RuntimeError
+            return False
+        async with scope:
+            pass
+        try:
+            async with scope:
+                pass
+        except RuntimeError:
+            return True
+        return False
+
+    with event_loop() as loop:
+        return loop.run_until_complete(probe())
+
+
+#: asyncio.timeout() exists and follows the rules of 3.11.3 and later.
+ASYNCIO_TIMEOUT_IS_REFERENCE = _asyncio_timeout_follows_current_rules()
 
 
 @pytest.fixture(params=LOOP_KINDS)
