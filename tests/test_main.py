@@ -94,3 +94,24 @@ def test_main_runs_under_python_oo() -> None:
     assert "scheduled 1,000 timeouts" in proc.stdout
     proc = run_main("-n", "0", flags=("-OO",))
     assert proc.returncode == 2 and "-n must be > 0" in proc.stderr, proc.stderr
+
+
+def test_asyncio_pair_cost_is_taken_on_a_loop_that_turns(monkeypatch) -> None:
+    # A loop that never runs keeps every cancelled handle in its heap, which
+    # no live service does: the comparison would flatter hwtimer.  _scheduled
+    # is the heap of asyncio's base loop on every CPython supported.
+    import asyncio
+
+    from hwtimer.__main__ import _pair_cost_asyncio
+
+    most_scheduled = 0
+
+    class Loop(asyncio.SelectorEventLoop):
+        def call_later(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+            nonlocal most_scheduled
+            most_scheduled = max(most_scheduled, len(self._scheduled))  # type: ignore[attr-defined]
+            return super().call_later(*args, **kwargs)
+
+    monkeypatch.setattr(asyncio, "new_event_loop", Loop)
+    assert _pair_cost_asyncio(50_000) > 0
+    assert 0 < most_scheduled <= 10_000  # the README: it turns every 10,000 pairs
