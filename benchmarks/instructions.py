@@ -13,6 +13,7 @@ calls, over N.
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import re
 import shutil
@@ -129,16 +130,19 @@ def inclusive_count(out_file: str, function: str) -> int:
     raise RuntimeError(f"no {function} in callgrind's output")
 
 
-def burst_counts(n: int, outdir: str, with_floor: bool) -> dict:
+def burst_counts(n: int, outdir: str, with_floor: bool, submit) -> dict:
     """Instructions per callback of a burst of n: hwtimer's dispatch thread
-    and, where it builds, the floor's loop."""
+    and, where it builds, the floor's loop; `submit` (an executor's) runs
+    each callgrind process."""
     out = {"n": n}
-    if n:
-        per = (dispatch_thread_total(n, outdir) - dispatch_thread_total(0, outdir)) / n
-        out["hwtimer"] = per
+    hwtimer = [submit(dispatch_thread_total, k, outdir) for k in (n, 0)] if n else []
+    floor = None
     if with_floor and shutil.which("callgrind_annotate"):
-        out_file, _ = callgrind("burst_child", BURST_FLOOR, n, outdir)
-        out[BURST_FLOOR] = inclusive_count(out_file, "burst") / n
+        floor = submit(callgrind, "burst_child", BURST_FLOOR, n, outdir)
+    if hwtimer:
+        out["hwtimer"] = (hwtimer[0].result() - hwtimer[1].result()) / n
+    if floor is not None:
+        out[BURST_FLOOR] = inclusive_count(floor.result()[0], "burst") / n
     return out
 
 
@@ -177,17 +181,25 @@ def run(cfg: dict) -> dict:
     if not shutil.which("valgrind"):
         return {"skipped": "valgrind not found"}
     out = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        for impl in impls():
+    # Each count is a process of its own, run in a fresh interpreter under
+    # callgrind, which counts the same however busy the machine: they run
+    # side by side, one a core, two at most.
+    jobs = min(2, len(os.sched_getaffinity(0)))
+    with tempfile.TemporaryDirectory() as tmp, concurrent.futures.ThreadPoolExecutor(jobs) as pool:
+        pairs = {
+            impl: [pool.submit(callgrind_total, impl, k, tmp) for k in (0, cfg["n"][impl])]
+            for impl in impls()
+        }
+        burst = burst_counts(cfg["burst"], tmp, FLOOR in pairs, pool.submit)
+        for impl, (base_run, full_run) in pairs.items():
+            (base, base_file), (total, out_file) = base_run.result(), full_run.result()
             n = cfg["n"][impl]
-            base, base_file = callgrind_total(impl, 0, tmp)
-            total, out_file = callgrind_total(impl, n, tmp)
             out[impl] = {
                 "instructions_per_pair": (total - base) / n,
                 "n": n,
                 "functions_per_pair": per_pair_profile(base_file, out_file, n),
             }
-        out["burst"] = burst_counts(cfg["burst"], tmp, FLOOR in out)
+        out["burst"] = burst
     return out
 
 
