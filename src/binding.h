@@ -583,6 +583,11 @@ extern PyType_Spec hwtimer_loop_sink_spec;
    created and registered with the loop on first use; NULL with an
    exception. */
 LoopSinkObject *hwtimer_loop_sink_for(TimerObject *timer, PyObject *loop);
+/* Refuses, before anything starts for it, a `loop` the timer has no sink
+   for yet and could not post to: one without a callable
+   call_soon_threadsafe().  Returns 0, or -1 with TypeError (or what
+   reading the attribute raised, if not an AttributeError). */
+int hwtimer_loop_sink_check(TimerObject *timer, PyObject *loop);
 /* Closes every sink in the list (of a timer going away). */
 void hwtimer_loop_sinks_close(PyObject *sinks);
 /* Whether `timer` has callbacks handed to `loop` that it has not run. */

@@ -445,6 +445,25 @@ static LoopSinkObject *find_sink(TimerObject *timer, PyObject *loop)
     return NULL;
 }
 
+int hwtimer_loop_sink_check(TimerObject *timer, PyObject *loop)
+{
+    if (find_sink(timer, loop))
+        return 0;
+    PyObject *post = PyObject_GetAttrString(loop, "call_soon_threadsafe");
+    if (!post && !PyErr_ExceptionMatches(PyExc_AttributeError))
+        return -1;
+    int callable = post && PyCallable_Check(post);
+    Py_XDECREF(post);
+    if (callable)
+        return 0;
+    PyErr_Clear();
+    PyErr_Format(PyExc_TypeError,
+                 "loop must be an asyncio event loop or None, not %.200s"
+                 " (no call_soon_threadsafe())",
+                 hwtimer_type_name(Py_TYPE(loop)));
+    return -1;
+}
+
 /* Returns a new open sink for `loop`, not yet registered anywhere, or
    NULL. */
 static LoopSinkObject *sink_new(TimerObject *timer, PyObject *loop)

@@ -781,7 +781,8 @@ PyObject *hwtimer_call_every(TimerObject *self, int64_t delay, int64_t period_ns
                              PyObject *callback, PyObject *args, PyObject *loop, PyObject *context)
 {
     LoopSinkObject *sink;
-    if (hwtimer_timer_start(self) < 0 || !(sink = hwtimer_loop_sink_for(self, loop)))
+    if (hwtimer_loop_sink_check(self, loop) < 0 || hwtimer_timer_start(self) < 0 ||
+        !(sink = hwtimer_loop_sink_for(self, loop)))
         return NULL;
     /* Making the timeout releases what the worker handed back, which runs
        Python: that can close the loop and its sink, hence our reference. */

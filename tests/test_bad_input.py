@@ -807,3 +807,33 @@ def test_run_task_refuses_what_was_not_submitted(timer) -> None:
     assert ran.count == 0 and timer.pending_timeouts() == 2
     assert wait_for(lambda: ran.count >= 3)  # on its grid, once a run
     assert periodic.cancel() and once.cancel()
+
+
+class LoopWithoutPosting:
+    """Answers is_closed() as a loop does, but has no call_soon_threadsafe(),
+    which the timer posts to a loop's thread with: no event loop."""
+
+    def is_closed(self) -> bool:
+        return False
+
+
+class LoopWithUncallablePost(LoopWithoutPosting):
+    call_soon_threadsafe = 5
+
+
+@pytest.mark.parametrize("loop_type", [LoopWithoutPosting, LoopWithUncallablePost])
+@pytest.mark.parametrize("started", [False, True], ids=["new-timer", "started-timer"])
+def test_a_loop_that_takes_no_posts_is_refused_before_anything_starts(started, loop_type) -> None:
+    timer = HashedWheelTimer(0.01, thread_name="no-post-loop")
+    try:
+        if started:
+            timer.start()
+        threads_before = len(native_thread_names())
+        for method in (timer.call_later, timer.call_every):
+            with pytest.raises(TypeError, match="loop must be an asyncio event loop"):
+                method(1, print, loop=loop_type())
+        # a new timer stays unstarted: no worker, no dispatch thread
+        assert len(native_thread_names()) <= threads_before
+        assert timer.stats()["scheduled"] == 0 and timer.pending_timeouts() == 0
+    finally:
+        timer.stop()
