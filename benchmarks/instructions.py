@@ -184,7 +184,7 @@ def run(cfg: dict) -> dict:
     # Each count is a process of its own, run in a fresh interpreter under
     # callgrind, which counts the same however busy the machine: they run
     # side by side, one a core, two at most.
-    jobs = min(2, len(os.sched_getaffinity(0)))
+    jobs = min(2, os.cpu_count() or 1)
     with tempfile.TemporaryDirectory() as tmp, concurrent.futures.ThreadPoolExecutor(jobs) as pool:
         pairs = {
             impl: [pool.submit(callgrind_total, impl, k, tmp) for k in (0, cfg["n"][impl])]
