@@ -414,6 +414,10 @@ double hwtimer_seconds(int64_t ns);
    RuntimeError.  `timer` (for those two) may be NULL where only an errno
    value can come.  Returns -1. */
 int hwtimer_core_error(TimerObject *timer, int err, const char *what);
+/* Whether `obj` has a callable attribute `name`: 1, or 0 (no error set) if
+   it has none (reading it raised AttributeError) or it is not callable;
+   -1 with whatever else reading it raised. */
+int hwtimer_has_method(PyObject *obj, const char *name);
 /* Returns a new reference to module.name, or NULL. */
 PyObject *hwtimer_import_attr(const char *module, const char *name);
 /* Copies `name` cut to the 15 bytes Linux keeps of a thread's name, never
@@ -583,11 +587,10 @@ extern PyType_Spec hwtimer_loop_sink_spec;
    created and registered with the loop on first use; NULL with an
    exception. */
 LoopSinkObject *hwtimer_loop_sink_for(TimerObject *timer, PyObject *loop);
-/* Refuses, before anything starts for it, a `loop` the timer has no sink
-   for yet and could not post to: one without a callable
+/* Refuses a `loop` no sink could post to: one without a callable
    call_soon_threadsafe().  Returns 0, or -1 with TypeError (or what
    reading the attribute raised, if not an AttributeError). */
-int hwtimer_loop_sink_check(TimerObject *timer, PyObject *loop);
+int hwtimer_loop_check(PyObject *loop);
 /* Closes every sink in the list (of a timer going away). */
 void hwtimer_loop_sinks_close(PyObject *sinks);
 /* Whether `timer` has callbacks handed to `loop` that it has not run. */

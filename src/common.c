@@ -192,6 +192,21 @@ int hwtimer_core_error(TimerObject *timer, int err, const char *what)
     return -1;
 }
 
+int hwtimer_has_method(PyObject *obj, const char *name)
+{
+    PyObject *method = PyObject_GetAttrString(obj, name);
+    if (!method) {
+        /* only an AttributeError says it has none */
+        if (!PyErr_ExceptionMatches(PyExc_AttributeError))
+            return -1;
+        PyErr_Clear();
+        return 0;
+    }
+    int callable = HWT_CALLABLE(method);
+    Py_DECREF(method);
+    return callable;
+}
+
 #ifdef Py_LIMITED_API
 const char *hwtimer_type_name(PyTypeObject *tp)
 {

@@ -445,18 +445,11 @@ static LoopSinkObject *find_sink(TimerObject *timer, PyObject *loop)
     return NULL;
 }
 
-int hwtimer_loop_sink_check(TimerObject *timer, PyObject *loop)
+int hwtimer_loop_check(PyObject *loop)
 {
-    if (find_sink(timer, loop))
-        return 0;
-    PyObject *post = PyObject_GetAttrString(loop, "call_soon_threadsafe");
-    if (!post && !PyErr_ExceptionMatches(PyExc_AttributeError))
-        return -1;
-    int callable = post && PyCallable_Check(post);
-    Py_XDECREF(post);
-    if (callable)
-        return 0;
-    PyErr_Clear();
+    int ok = hwtimer_has_method(loop, "call_soon_threadsafe");
+    if (ok)
+        return ok < 0 ? -1 : 0;
     PyErr_Format(PyExc_TypeError,
                  "loop must be an asyncio event loop or None, not %.200s"
                  " (no call_soon_threadsafe())",
@@ -524,7 +517,7 @@ LoopSinkObject *hwtimer_loop_sink_for(TimerObject *timer, PyObject *loop)
     }
     /* Each step below may run Python, in which another thread can make the
        sink for this loop: look again after each, so a loop has one sink. */
-    if (purge(timer) < 0)
+    if (hwtimer_loop_check(loop) < 0 || purge(timer) < 0)
         return NULL;
     if ((s = find_sink(timer, loop)) != NULL) {
         Py_INCREF(s);

@@ -448,14 +448,10 @@ static int check_name_and_executor(PyObject *name_o, PyObject *executor)
         }
     }
     if (executor != Py_None) {
-        PyObject *submit = PyObject_GetAttrString(executor, "submit");
-        /* only an AttributeError says it has none */
-        if (!submit && !PyErr_ExceptionMatches(PyExc_AttributeError))
+        int ok = hwtimer_has_method(executor, "submit");
+        if (ok < 0)
             return -1;
-        int ok = submit && HWT_CALLABLE(submit);
-        Py_XDECREF(submit);
         if (!ok) {
-            PyErr_Clear();
             PyErr_Format(PyExc_TypeError,
                          "executor must have a submit(fn, *args) method, like "
                          "concurrent.futures.Executor; %.200s has none",
@@ -781,8 +777,10 @@ PyObject *hwtimer_call_every(TimerObject *self, int64_t delay, int64_t period_ns
                              PyObject *callback, PyObject *args, PyObject *loop, PyObject *context)
 {
     LoopSinkObject *sink;
-    if (hwtimer_loop_sink_check(self, loop) < 0 || hwtimer_timer_start(self) < 0 ||
-        !(sink = hwtimer_loop_sink_for(self, loop)))
+    /* A timer not yet started has no sink: a loop it could not post to is
+       refused before the start, as hwtimer_loop_sink_for() refuses it. */
+    if ((!hwt_timer_started(self->core) && hwtimer_loop_check(loop) < 0) ||
+        hwtimer_timer_start(self) < 0 || !(sink = hwtimer_loop_sink_for(self, loop)))
         return NULL;
     /* Making the timeout releases what the worker handed back, which runs
        Python: that can close the loop and its sink, hence our reference. */
