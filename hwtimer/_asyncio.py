@@ -106,11 +106,27 @@ else:
 
     def _cancel_pending(task: asyncio.Task[Any]) -> bool:
         """Returns whether `task` has a cancellation on its way that its
-        coroutine has not yet seen (3.9/3.10 tasks expose both fields)."""
-        if getattr(task, "_must_cancel", False):
-            return True
-        waiter = getattr(task, "_fut_waiter", None)
-        return waiter is not None and waiter.cancelled()
+        coroutine has not yet seen (3.9/3.10 tasks expose both fields).
+
+        Task.cancel() leaves no mark on the task itself when what it awaits
+        takes the cancellation: a future is cancelled at once, but a task
+        (or a gather()) it awaits may take many iterations to finish
+        cancelling, and only that task, or the gather, shows the request.
+        So the chain of awaited tasks is followed down.  A task down there
+        whose own scopes asked for its cancellation is not followed: that
+        cancellation is its own."""
+        for _ in range(64):  # a chain of tasks awaiting each other ends
+            if getattr(task, "_must_cancel", False):
+                return True
+            waiter = getattr(task, "_fut_waiter", None)
+            if waiter is None or waiter.done():
+                return waiter is not None and waiter.cancelled()
+            if getattr(waiter, "_cancel_requested", False):  # a gather()
+                return True
+            if not isinstance(waiter, asyncio.Task) or _cancel_requests.get(waiter, 0):
+                return False
+            task = waiter
+        return False
 
     def _cancelling(task: asyncio.Task[Any]) -> int:
         """Returns the task's count of pending cancel requests."""

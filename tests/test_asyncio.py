@@ -1110,6 +1110,53 @@ def test_outside_cancel_after_expiry_same_iteration_wins(run: Any, timeout: Any)
     run(main)
 
 
+@pytest.mark.parametrize(
+    "awaits",
+    [
+        "gather",
+        pytest.param(
+            "task",
+            marks=pytest.mark.skipif(
+                not HAVE_ASYNCIO_TIMEOUT,
+                reason="before 3.11 a task that awaits a task still cancelling shows no cancel()",
+            ),
+        ),
+    ],
+)
+def test_outside_cancel_before_expiry_while_awaiting_a_task_wins(
+    run: Any, timeout: Any, awaits: str
+) -> None:
+    # The cancel() reaches the task while it awaits a gather() (or another
+    # task) that takes its time to finish cancelling; the deadline passes
+    # meanwhile.  The task was cancelled first: CancelledError, not
+    # TimeoutError.
+    async def main() -> None:
+        started: list[None] = []
+
+        async def child() -> None:
+            try:
+                started.append(None)
+                await _forever()
+            finally:
+                await asyncio.sleep(0.3)  # a slow clean-up
+
+        async def body() -> None:
+            async with timeout(0.15):
+                if awaits == "task":
+                    await asyncio.ensure_future(child())
+                else:
+                    await asyncio.gather(child(), child())
+
+        task = asyncio.ensure_future(body())
+        await _wait_until(lambda: len(started) == (1 if awaits == "task" else 2))
+        task.cancel()  # long before the deadline
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert task.cancelled()
+
+    run(main)
+
+
 def test_outside_cancel_swallowed_then_timeout(run: Any) -> None:
     # A task that catches an outside cancellation (and, on 3.11+, uncancels
     # as it should) still gets TimeoutError from a later scope.
