@@ -133,8 +133,10 @@ else:
         count = _cancel_requests.get(task, 0)
         if count == 0 and _cancel_pending(task):
             # Someone else asked for this cancellation: it counts, as it
-            # does on 3.11+.
-            count = _cancel_requests[task] = 1
+            # does on 3.11+.  Only while it is on its way: not kept, as
+            # these versions have no uncancel() with which a task that
+            # swallows it could take it back.
+            count = 1
         return count
 
     def _cancel_task(task: asyncio.Task[Any]) -> None:

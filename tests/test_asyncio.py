@@ -1187,6 +1187,38 @@ def test_outside_cancel_swallowed_then_timeout(run: Any) -> None:
     run(main)
 
 
+def test_cancel_swallowed_inside_an_inner_scope_then_outer_timeout(run: Any) -> None:
+    # A cancel() that is pending when an inner scope is entered, and that
+    # the task then swallows (uncancelling it on 3.11+, where it can), does
+    # not stay counted: the outer scope's deadline still gives TimeoutError,
+    # as it does when no inner scope saw the cancel.
+    async def body(inner: bool) -> str:
+        task = asyncio.current_task()
+        assert task is not None
+        try:
+            async with hwtimer.timeout(0.1):
+                task.cancel()
+                try:
+                    if inner:
+                        async with hwtimer.timeout(SOON):
+                            await _forever()
+                    else:
+                        await _forever()
+                except asyncio.CancelledError:
+                    if HAVE_ASYNCIO_TIMEOUT:
+                        task.uncancel()
+                await _forever()
+        except TimeoutError:
+            return "TimeoutError"
+        return "no error"
+
+    async def main() -> None:
+        assert await asyncio.ensure_future(body(False)) == "TimeoutError"
+        assert await asyncio.ensure_future(body(True)) == "TimeoutError"
+
+    run(main)
+
+
 def test_body_swallows_the_cancellation(run: Any, timeout: Any) -> None:
     async def main() -> None:
         task = asyncio.current_task()
