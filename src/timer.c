@@ -462,6 +462,15 @@ static int check_name_and_executor(PyObject *name_o, PyObject *executor)
     return 0;
 }
 
+/* Warns that tick_duration was clamped: only for a timer made (or
+   re-made) with it, as a refused one has no tick.  Returns 0, or -1 with
+   what a warning filter raised. */
+static int warn_clamped(void)
+{
+    return PyErr_WarnEx(PyExc_RuntimeWarning, "tick_duration below 0.001 s is clamped to 0.001 s",
+                        1);
+}
+
 /* A manual timer's clock, read by its core: the TimerObject's own
    manual_now.  The core of a manual timer has no thread and reads its
    clock only when the binding calls it for that timer, which is alive. */
@@ -472,13 +481,14 @@ static int64_t manual_clock(void *ctx)
 
 /* Checks the constructor's arguments and reads them into `cfg`: every
    setting but the thread's name and the clock, which belong to the
-   timer being made.  Returns 0, or -1 with TypeError or ValueError (or
-   what a warning filter raised). */
-static int parse_config(hwtimer_state *st, const hwtimer_timer_args *a, hwt_config *cfg)
+   timer being made.  *clamped says whether tick_duration was clamped, for
+   the caller to warn once it makes a timer with it.  Returns 0, or -1
+   with TypeError or ValueError. */
+static int parse_config(hwtimer_state *st, const hwtimer_timer_args *a, hwt_config *cfg,
+                        bool *clamped)
 {
     double tick;
-    bool clamped;
-    if (parse_tick(st, a->tick_duration, a->default_tick, &tick, &clamped) < 0)
+    if (parse_tick(st, a->tick_duration, a->default_tick, &tick, clamped) < 0)
         return -1;
     long long ticks = a->default_ticks, max_pending = 0;
     if (a->ticks_per_wheel && hwtimer_parse_int(a->ticks_per_wheel, "ticks_per_wheel", &ticks) < 0)
@@ -495,10 +505,6 @@ static int parse_config(hwtimer_state *st, const hwtimer_timer_args *a, hwt_conf
         hwtimer_parse_int(a->max_pending_timeouts, "max_pending_timeouts", &max_pending) < 0)
         return -1;
     if (check_name_and_executor(a->thread_name, a->executor) < 0)
-        return -1;
-    /* only for a timer that will be made: a refused one has no tick */
-    if (clamped && PyErr_WarnEx(PyExc_RuntimeWarning,
-                                "tick_duration below 0.001 s is clamped to 0.001 s", 1) < 0)
         return -1;
     const char *wake_every = getenv("HWTIMER_WAKE_EVERY_TICK");
     *cfg = (hwt_config){
@@ -538,7 +544,8 @@ PyObject *hwtimer_timer_build(PyTypeObject *tp, const hwtimer_timer_args *a)
 {
     hwtimer_state *st = hwtimer_state_of_type(tp);
     hwt_config cfg;
-    if (parse_config(st, a, &cfg) < 0)
+    bool clamped;
+    if (parse_config(st, a, &cfg, &clamped) < 0 || (clamped && warn_clamped() < 0))
         return NULL;
     TimerObject *self = (TimerObject *)HWT_TP_ALLOC(tp)(tp, 0);
     if (!self)
@@ -599,21 +606,108 @@ static PyObject *timer_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
     return hwtimer_timer_build(tp, &a);
 }
 
-/* __init__: __new__ has read and applied the arguments.  It takes the same
-   ones (and refuses, by name and count, what the constructor refuses), so
-   that a subclass's __init__ can hand its arguments on with
-   super().__init__(...), as object.__init__ would not let it. */
-static int timer_init(PyObject *self, PyObject *args, PyObject *kwds)
+/* Whether the settings in `cfg`, `name` and `executor` (NULL: none) are
+   those `self` has. */
+static bool same_settings(TimerObject *self, const hwt_config *cfg, PyObject *name,
+                          PyObject *executor)
 {
+    const hwt_config *now = hwt_timer_config(self->core);
+    return cfg->tick_ns == now->tick_ns && cfg->ticks_per_wheel == now->ticks_per_wheel &&
+           cfg->max_pending == self->max_pending && executor == self->executor &&
+           PyUnicode_Compare(name, self->name) == 0;
+}
+
+/* Gives the timer `self`, which has not started, the settings of `cfg`,
+   the thread name `name` and `executor` (NULL: none): a core made anew,
+   as __new__ would have made it.  Returns 0, or -1 with the timer as it
+   was. */
+static int apply_settings(TimerObject *self, hwt_config cfg, PyObject *name, PyObject *executor)
+{
+    hwt_timer *old_core = self->core;
+    PyObject *old_name = self->name;
+    Py_INCREF(name);
+    self->name = name;
+    if (make_core(self, cfg) < 0) {
+        self->core = old_core;
+        self->name = old_name;
+        Py_DECREF(name);
+        return -1;
+    }
+    hwt_timer_decref(old_core);
+    Py_DECREF(old_name);
+    self->max_pending = cfg.max_pending;
+    self->tick_duration = (double)cfg.tick_ns / 1e9;
+    Py_XINCREF(executor);
+    Py_XSETREF(self->executor, executor);
+    return 0;
+}
+
+/* __init__: __new__ has read and applied the arguments.  It takes the same
+   ones, and refuses what the constructor refuses, so that a subclass's
+   __init__ can hand its arguments on with super().__init__(...), as
+   object.__init__ would not let it.  Those it is given that differ from
+   what __new__ applied (a subclass's __init__ that sets its own tick, its
+   thread's name) are applied too, to a timer not yet started, as if given
+   to the constructor; a thread_name of None keeps the name the timer has.
+   A started or stopped timer keeps its settings: RuntimeError for others. */
+static int timer_init(PyObject *self_o, PyObject *args, PyObject *kwds)
+{
+    TimerObject *self = (TimerObject *)self_o;
     /* As object.__init__: a subclass with a __new__ of its own is called
        with that __new__'s arguments, which are not the constructor's */
-    hwtimer_state *st = ((TimerObject *)self)->module_state;
+    hwtimer_state *st = self->module_state;
     void *new_of = PyType_GetSlot(Py_TYPE(self), Py_tp_new);
     if (new_of != PyType_GetSlot(st->timer_type, Py_tp_new) &&
         new_of != PyType_GetSlot(st->manual_type, Py_tp_new))
         return 0;
     PyObject *given[5];
-    return hwtimer_bind_tuple(&timer_sig, args, kwds, given);
+    if (hwtimer_bind_tuple(&timer_sig, args, kwds, given) < 0)
+        return -1;
+    if (self->manual || !self->core)
+        return 0; /* a ManualTimer takes its settings from __new__ */
+    /* what is not given stays as __new__ applied it */
+    uint32_t wheel = hwt_timer_config(self->core)->ticks_per_wheel;
+    PyObject *tick = given[0] ? (Py_INCREF(given[0]), given[0])
+                              : PyFloat_FromDouble(self->tick_duration);
+    PyObject *ticks = given[1] ? (Py_INCREF(given[1]), given[1]) : PyLong_FromUnsignedLong(wheel);
+    PyObject *max_pending = given[2] ? (Py_INCREF(given[2]), given[2])
+                                     : PyLong_FromLongLong(self->max_pending);
+    PyObject *name = given[3] && given[3] != Py_None ? given[3] : self->name;
+    Py_INCREF(name);
+    PyObject *executor = given[4] ? given[4] : self->executor ? self->executor : Py_None;
+    Py_INCREF(executor);
+    int r = -1;
+    if (tick && ticks && max_pending) {
+        hwtimer_timer_args a = {
+            .tick_duration = tick,
+            .ticks_per_wheel = ticks,
+            .max_pending_timeouts = max_pending,
+            .thread_name = name,
+            .executor = executor,
+        };
+        hwt_config cfg;
+        bool clamped;
+        PyObject *ex = executor == Py_None ? NULL : executor;
+        /* parsing may run Python code (a __float__, another thread): the
+           timer is looked at after it */
+        if (parse_config(st, &a, &cfg, &clamped) < 0) {
+            r = -1;
+        } else if (same_settings(self, &cfg, name, ex)) {
+            r = 0;
+        } else if (hwt_timer_started(self->core) || hwt_timer_stopped(self->core) ||
+                   self->dispatcher) {
+            PyErr_SetString(PyExc_RuntimeError,
+                            "cannot change the settings of a timer that has been started");
+        } else if (!(clamped && warn_clamped() < 0)) {
+            r = apply_settings(self, cfg, name, ex);
+        }
+    }
+    Py_XDECREF(tick);
+    Py_XDECREF(ticks);
+    Py_XDECREF(max_pending);
+    Py_DECREF(name);
+    Py_DECREF(executor);
+    return r;
 }
 
 /* ---- methods ---- */

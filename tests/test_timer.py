@@ -326,6 +326,58 @@ def test_a_subclass_passes_its_arguments_on_to_the_base_init() -> None:
         HashedWheelTimer.__init__(timer, 0.1, 512, 0)
 
 
+def test_a_subclass_init_applies_or_refuses_the_arguments_it_hands_on() -> None:
+    """A subclass's __init__ that sets the timer up itself, with
+    super().__init__(...) and other values than the constructor was given,
+    gets a timer with those settings, and its bad values are refused as the
+    constructor refuses them; a started timer refuses new ones."""
+    executor = concurrent.futures.ThreadPoolExecutor(1)
+
+    class Fast(HashedWheelTimer):
+        def __init__(self) -> None:
+            super().__init__(
+                0.01, 64, max_pending_timeouts=5, thread_name="fast", executor=executor
+            )
+
+    class Named(HashedWheelTimer):
+        def __init__(self, *args: object) -> None:
+            super().__init__(*args, thread_name="named")
+
+    fast = Fast()
+    named = Named(0.05)
+    try:
+        assert (fast.tick_duration, fast.ticks_per_wheel) == (0.01, 64)
+        assert (fast.max_pending_timeouts, fast.thread_name) == (5, "fast")
+        assert (named.tick_duration, named.thread_name) == (0.05, "named")
+        ran = []
+        fired = threading.Event()
+        fast.new_timeout(lambda t: (ran.append(threading.current_thread()), fired.set()), 0)
+        assert fired.wait(DEADLINE)
+        assert ran[0].name.startswith("ThreadPoolExecutor")
+    finally:
+        fast.stop()
+        named.stop()
+        executor.shutdown()
+
+    class Bad(HashedWheelTimer):
+        def __init__(self, **kwargs: object) -> None:
+            super().__init__(**kwargs)
+
+    with pytest.raises(ValueError, match="tick_duration"):
+        Bad(tick_duration=0.1).__init__(tick_duration=-1)
+    with pytest.raises(TypeError, match="ticks_per_wheel"):
+        Bad(ticks_per_wheel=8).__init__(ticks_per_wheel="x")
+    started = Bad(tick_duration=0.05)
+    try:
+        started.start()
+        with pytest.raises(RuntimeError, match="started"):
+            started.__init__(tick_duration=0.5)
+        started.__init__(tick_duration=0.05)  # what it has: nothing to change
+        assert started.tick_duration == 0.05
+    finally:
+        started.stop()
+
+
 def test_a_subclass_with_its_own_new_takes_its_own_arguments() -> None:
     """A subclass whose __new__ takes other arguments than the constructor,
     and that defines no __init__, is called with its own: the base's
