@@ -52,6 +52,7 @@ class ManualTimer(_ManualTimer):
         *,
         max_pending_timeouts: SupportsIndex = 0,
     ) -> None:
+        super().__init__(tick_duration, ticks_per_wheel, max_pending_timeouts=max_pending_timeouts)
         self.task_errors = []
 
     def _task_failed(self, exc: BaseException) -> None:

@@ -660,11 +660,14 @@ static int timer_init(PyObject *self_o, PyObject *args, PyObject *kwds)
     if (new_of != PyType_GetSlot(st->timer_type, Py_tp_new) &&
         new_of != PyType_GetSlot(st->manual_type, Py_tp_new))
         return 0;
-    PyObject *given[5];
-    if (hwtimer_bind_tuple(&timer_sig, args, kwds, given) < 0)
+    /* a ManualTimer's takes what its __new__ takes: no thread, no executor */
+    static const hwtimer_signature manual_sig = {
+        .fname = "ManualTimer", .names = timer_names, .nparams = 3, .nkeyword_only = 1};
+    PyObject *given[5] = {NULL};
+    if (hwtimer_bind_tuple(self->manual ? &manual_sig : &timer_sig, args, kwds, given) < 0)
         return -1;
-    if (self->manual || !self->core)
-        return 0; /* a ManualTimer takes its settings from __new__ */
+    if (!self->core)
+        return 0;
     /* what is not given stays as __new__ applied it */
     uint32_t wheel = hwt_timer_config(self->core)->ticks_per_wheel;
     PyObject *tick = given[0] ? (Py_INCREF(given[0]), given[0])
@@ -684,6 +687,7 @@ static int timer_init(PyObject *self_o, PyObject *args, PyObject *kwds)
             .max_pending_timeouts = max_pending,
             .thread_name = name,
             .executor = executor,
+            .manual = self->manual,
         };
         hwt_config cfg;
         bool clamped;

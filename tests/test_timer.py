@@ -378,6 +378,37 @@ def test_a_subclass_init_applies_or_refuses_the_arguments_it_hands_on() -> None:
         started.stop()
 
 
+def test_a_manual_timer_subclass_init_applies_what_it_hands_on() -> None:
+    """The same for a ManualTimer: a subclass that sets its tick with
+    super().__init__(...) gets it, bad values are refused, and a tick that
+    is clamped warns once, not once for __new__ and again for __init__."""
+    from hwtimer.testing import ManualTimer
+
+    class Coarse(ManualTimer):
+        def __init__(self) -> None:
+            super().__init__(tick_duration=0.1, ticks_per_wheel=16)
+
+    class Bad(ManualTimer):
+        def __init__(self) -> None:
+            super().__init__(tick_duration="x")
+
+    with Coarse() as coarse:
+        assert (coarse.tick_duration, coarse.ticks_per_wheel) == (0.1, 16)
+        ran = []
+        coarse.new_timeout(ran.append, 0.15)
+        assert coarse.advance(0.2) == 1
+        assert ran
+    with pytest.raises(TypeError, match="tick_duration"):
+        Bad()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with ManualTimer(0.0001) as clamped:
+            assert clamped.tick_duration == 0.001
+    assert [str(w.message) for w in caught if w.category is RuntimeWarning] == [
+        "tick_duration below 0.001 s is clamped to 0.001 s"
+    ]
+
+
 def test_a_subclass_with_its_own_new_takes_its_own_arguments() -> None:
     """A subclass whose __new__ takes other arguments than the constructor,
     and that defines no __init__, is called with its own: the base's
