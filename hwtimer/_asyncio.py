@@ -95,6 +95,10 @@ if sys.version_info >= (3, 11):
         """Withdraws one cancel request; returns the count left."""
         return task.uncancel()
 
+    def _cancelled_by_no_scope(exc: BaseException | None) -> bool:
+        """The count tells it all: Task.cancel() counts every request."""
+        return False
+
 else:
     # Task.cancel() does not count its requests before 3.11.  The scopes
     # count theirs here, per task, standing in for Task.cancelling().  An
@@ -150,7 +154,20 @@ else:
         if count == 0 and _cancel_pending(task):
             count = 1
         _cancel_requests[task] = count + 1
-        task.cancel()
+        task.cancel(msg=_DEADLINE_PASSED)  # as gather() passes it
+
+    def _cancelled_by_no_scope(exc: BaseException | None) -> bool:
+        """Returns whether the CancelledError `exc` comes from a cancel()
+        that no scope made, after a scope's own request was taken and
+        swallowed by the task, which the count cannot see on these
+        versions.  A scope's cancellation carries its message, also when
+        a task or gather() it went through raises a CancelledError of its
+        own (with the one it took as its context)."""
+        while exc is not None:
+            if exc.args and exc.args[0] is _DEADLINE_PASSED:
+                return False
+            exc = exc.__context__
+        return True
 
     def _uncancel_task(task: asyncio.Task[Any]) -> int:
         """Withdraws one request made by _cancel_task; returns the count left."""
@@ -162,6 +179,12 @@ else:
         return count - 1
 
     _cancelling_hook, _cancel_hook = _cancelling, _cancel_task
+
+    class _DeadlineMessage(str):
+        """The message of a scope's cancel(): the one object tells the
+        scopes' cancellations from others'."""
+
+    _DEADLINE_PASSED = _DeadlineMessage("the deadline of a timeout scope passed")
 
 
 def _insert_timeout_error(exc: BaseException) -> None:
@@ -191,6 +214,8 @@ def _exit_expired(
     """
     if _uncancel_task(task) <= cancelling and exc_type is not None:
         if issubclass(exc_type, asyncio.CancelledError):
+            if _cancelled_by_no_scope(exc_val):
+                return  # someone else's cancellation: it goes on
             raise _TimeoutError from exc_val
         if exc_val is not None:
             _insert_timeout_error(exc_val)

@@ -1219,6 +1219,64 @@ def test_cancel_swallowed_inside_an_inner_scope_then_outer_timeout(run: Any) -> 
     run(main)
 
 
+@pytest.mark.parametrize("awaits", ["future", "task"])
+def test_outside_cancel_after_the_expiry_was_swallowed_wins(
+    run: Any, timeout: Any, awaits: str
+) -> None:
+    # The deadline passed and the body swallowed its cancellation and goes
+    # on inside the scope.  A cancel() from outside that comes then stays a
+    # CancelledError, also when it reaches the body through a task it
+    # awaits.
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        swallowed = loop.create_future()
+
+        async def body() -> None:
+            async with timeout(0.02):
+                try:
+                    await _forever()
+                except asyncio.CancelledError:
+                    swallowed.set_result(None)
+                if awaits == "task":
+                    await asyncio.ensure_future(_forever())
+                else:
+                    await _forever()
+
+        task = asyncio.ensure_future(body())
+        await swallowed
+        await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert task.cancelled()
+
+    run(main)
+
+
+@pytest.mark.parametrize("awaits", ["task", "gather", "task-of-task"])
+def test_expiry_through_awaited_tasks_is_a_timeout(run: Any, timeout: Any, awaits: str) -> None:
+    # The scope's cancellation reaches the body through the tasks (or the
+    # gather()) it awaits, each raising a CancelledError of its own: still
+    # the scope's, and TimeoutError.
+    async def main() -> None:
+        async def nested() -> None:
+            await asyncio.ensure_future(_forever())
+
+        async def body() -> None:
+            async with timeout(0.02):
+                if awaits == "task":
+                    await asyncio.ensure_future(_forever())
+                elif awaits == "gather":
+                    await asyncio.gather(_forever(), _forever())
+                else:
+                    await asyncio.ensure_future(nested())
+
+        with pytest.raises(TimeoutError):
+            await asyncio.ensure_future(body())
+
+    run(main)
+
+
 def test_body_swallows_the_cancellation(run: Any, timeout: Any) -> None:
     async def main() -> None:
         task = asyncio.current_task()
