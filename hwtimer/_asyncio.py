@@ -165,9 +165,21 @@ else:
         own (with the one it took as its context)."""
         while exc is not None:
             if exc.args and exc.args[0] is _DEADLINE_PASSED:
-                return False
+                break
             exc = exc.__context__
-        return True
+        else:
+            return True
+        # The scope's cancellation came while a task in between was
+        # handling another one: a cancel() made before the deadline passed,
+        # by then out of sight (that task had taken it).
+        exc = exc.__context__
+        while exc is not None:
+            if isinstance(exc, asyncio.CancelledError) and not (
+                exc.args and exc.args[0] is _DEADLINE_PASSED
+            ):
+                return True
+            exc = exc.__context__
+        return False
 
     def _uncancel_task(task: asyncio.Task[Any]) -> int:
         """Withdraws one request made by _cancel_task; returns the count left."""

@@ -1110,19 +1110,7 @@ def test_outside_cancel_after_expiry_same_iteration_wins(run: Any, timeout: Any)
     run(main)
 
 
-@pytest.mark.parametrize(
-    "awaits",
-    [
-        "gather",
-        pytest.param(
-            "task",
-            marks=pytest.mark.skipif(
-                not HAVE_ASYNCIO_TIMEOUT,
-                reason="before 3.11 a task that awaits a task still cancelling shows no cancel()",
-            ),
-        ),
-    ],
-)
+@pytest.mark.parametrize("awaits", ["gather", "task"])
 def test_outside_cancel_before_expiry_while_awaiting_a_task_wins(
     run: Any, timeout: Any, awaits: str
 ) -> None:
