@@ -726,12 +726,54 @@ static inline int require_callable(PyObject *obj, const char *what)
     return -1;
 }
 
-/* hwtimer_timer_start() for a timeout about to be scheduled, with its one
+/* 1 if the type of `self` has a method `name` of its own (a subclass's
+   override), 0 if it has the built-in one, -1 with an error. */
+static int has_own_method(TimerObject *self, const char *name)
+{
+    hwtimer_state *st = self->module_state;
+    PyTypeObject *tp = Py_TYPE(self);
+    if (tp == st->timer_type || tp == st->manual_type)
+        return 0;
+    PyObject *own = PyObject_GetAttrString((PyObject *)tp, name);
+    if (!own)
+        return -1;
+    PyObject *builtin = PyObject_GetAttrString((PyObject *)st->timer_type, name);
+    int r = builtin ? own != builtin : -1;
+    Py_DECREF(own);
+    Py_XDECREF(builtin);
+    return r;
+}
+
+/* The start() that scheduling calls for a timer not started: a subclass's
+   override, if its type has one, as API.md says new_timeout() calls
+   start().  Should the override return with the timer not started, the
+   caller's built-in start follows.  Returns 0, or -1 with what it raised. */
+static int call_own_start(TimerObject *self)
+{
+    if (hwt_timer_started(self->core))
+        return 0;
+    int own = has_own_method(self, "start");
+    if (own <= 0)
+        return own;
+    PyObject *r = PyObject_CallMethod((PyObject *)self, "start", NULL);
+    Py_XDECREF(r);
+    return r ? 0 : -1;
+}
+
+/* start_if_new()'s first start, out of the scheduling's hot path. */
+__attribute__((noinline)) static int start_first(TimerObject *self)
+{
+    if (call_own_start(self) < 0)
+        return -1;
+    return hwt_timer_started(self->core) ? 0 : hwtimer_timer_start(self);
+}
+
+/* The timer's start() for a timeout about to be scheduled, with its one
    check of a started timer: one started before fork() is refused by the
    schedule, in the same words (hwtimer_core_error()). */
 static inline int start_if_new(TimerObject *self)
 {
-    return hwt_timer_started(self->core) ? 0 : hwtimer_timer_start(self);
+    return hwt_timer_started(self->core) ? 0 : start_first(self);
 }
 
 static PyObject *timer_start(TimerObject *self, PyObject *unused)
@@ -757,27 +799,9 @@ static PyObject *timer_stop(TimerObject *self, PyObject *unused)
     return hwtimer_timer_stop(self);
 }
 
-/* 1 if the type of `self` has a stop() of its own (a subclass's
-   override), 0 if it has the built-in one, -1 with an error. */
-static int has_own_stop(TimerObject *self)
-{
-    hwtimer_state *st = self->module_state;
-    PyTypeObject *tp = Py_TYPE(self);
-    if (tp == st->timer_type || tp == st->manual_type)
-        return 0;
-    PyObject *own = PyObject_GetAttrString((PyObject *)tp, "stop");
-    if (!own)
-        return -1;
-    PyObject *builtin = PyObject_GetAttrString((PyObject *)st->timer_type, "stop");
-    int r = builtin ? own != builtin : -1;
-    Py_DECREF(own);
-    Py_XDECREF(builtin);
-    return r;
-}
-
 PyObject *hwtimer_timer_own_stop(TimerObject *self)
 {
-    int own = has_own_stop(self);
+    int own = has_own_method(self, "stop");
     if (own < 0)
         return NULL;
     return own ? PyObject_CallMethod((PyObject *)self, "stop", NULL) : timer_stop(self, NULL);
@@ -878,7 +902,8 @@ PyObject *hwtimer_call_every(TimerObject *self, int64_t delay, int64_t period_ns
     /* A timer not yet started has no sink: a loop it could not post to is
        refused before the start, as hwtimer_loop_sink_for() refuses it. */
     if ((!hwt_timer_started(self->core) && hwtimer_loop_check(loop) < 0) ||
-        hwtimer_timer_start(self) < 0 || !(sink = hwtimer_loop_sink_for(self, loop)))
+        call_own_start(self) < 0 || hwtimer_timer_start(self) < 0 ||
+        !(sink = hwtimer_loop_sink_for(self, loop)))
         return NULL;
     /* Making the timeout releases what the worker handed back, which runs
        Python: that can close the loop and its sink, hence our reference. */

@@ -3,6 +3,7 @@ one by one."""
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import datetime
 import gc
@@ -427,6 +428,52 @@ def test_a_subclass_with_its_own_new_takes_its_own_arguments() -> None:
         finally:
             timer.stop()
     assert Named("svc", color=1).options == {"color": 1}
+
+
+def test_scheduling_calls_a_subclass_start() -> None:
+    """new_timeout() calls start() for you (API.md): a subclass's override
+    of start() (to log, to set up) is that start(), for new_periodic() and
+    call_later() too; an override that does not start the timer leaves it
+    to the built-in one, and one that raises refuses the schedule."""
+    calls = []
+
+    class Logged(HashedWheelTimer):
+        def start(self) -> None:
+            calls.append("start")
+            super().start()
+
+    class Lazy(HashedWheelTimer):
+        def start(self) -> None:
+            calls.append("lazy")
+
+    class Refusing(HashedWheelTimer):
+        def start(self) -> None:
+            raise OSError("not now")
+
+    with Logged(0.01) as first:
+        fired = threading.Event()
+        first.new_timeout(lambda t: fired.set(), 0)
+        assert fired.wait(DEADLINE)
+        first.new_timeout(lambda t: None, 0)
+    assert calls == ["start"]
+    with Logged(0.01) as second:
+        second.new_periodic(lambda t: None, 10).cancel()
+
+    async def call_later(timer: HashedWheelTimer) -> None:
+        timer.call_later(10, print).cancel()
+
+    with Logged(0.01) as third:
+        asyncio.run(call_later(third))
+    assert calls == ["start"] * 3
+    with Lazy(0.01) as lazy:
+        fired = threading.Event()
+        lazy.new_timeout(lambda t: fired.set(), 0)
+        assert fired.wait(DEADLINE)
+    assert calls == ["start"] * 3 + ["lazy"]
+    with Refusing(0.01) as refusing:
+        with pytest.raises(OSError, match="not now"):
+            refusing.new_timeout(lambda t: None, 0)
+        assert refusing.pending_timeouts() == 0
 
 
 def test_with_block_calls_a_subclass_stop() -> None:
