@@ -747,15 +747,19 @@ static int has_own_method(TimerObject *self, const char *name)
 /* The start() that scheduling calls for a timer not started: a subclass's
    override, if its type has one, as API.md says new_timeout() calls
    start().  Should the override return with the timer not started, the
-   caller's built-in start follows.  Returns 0, or -1 with what it raised. */
+   caller's built-in start follows; so does a schedule made by the override
+   itself before it starts the timer.  Returns 0, or -1 with what it
+   raised. */
 static int call_own_start(TimerObject *self)
 {
-    if (hwt_timer_started(self->core))
+    if (hwt_timer_started(self->core) || self->in_own_start)
         return 0;
     int own = has_own_method(self, "start");
     if (own <= 0)
         return own;
+    self->in_own_start = true;
     PyObject *r = PyObject_CallMethod((PyObject *)self, "start", NULL);
+    self->in_own_start = false;
     Py_XDECREF(r);
     return r ? 0 : -1;
 }

@@ -476,6 +476,26 @@ def test_scheduling_calls_a_subclass_start() -> None:
         assert refusing.pending_timeouts() == 0
 
 
+def test_a_subclass_start_that_schedules_first_is_not_called_again() -> None:
+    """A start() override that schedules before it calls super().start()
+    (a heartbeat set up with the timer) runs once: its own schedule starts
+    the timer with the built-in start instead of calling it again."""
+    calls = []
+    fired = threading.Event()
+
+    class Heartbeat(HashedWheelTimer):
+        def start(self) -> None:
+            calls.append("start")
+            self.new_timeout(lambda t: fired.set(), 0)
+            super().start()
+
+    with Heartbeat(0.01) as timer:
+        timer.new_timeout(lambda t: None, 10)
+        assert fired.wait(DEADLINE)
+        assert timer.pending_timeouts() == 1
+    assert calls == ["start"]
+
+
 def test_with_block_calls_a_subclass_stop() -> None:
     """A subclass that overrides stop() (to log, to flush) has it called at
     the end of a with block, as a context manager written in Python would;
