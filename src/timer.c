@@ -617,6 +617,17 @@ static bool same_settings(TimerObject *self, const hwt_config *cfg, PyObject *na
            PyUnicode_Compare(name, self->name) == 0;
 }
 
+/* Returns 0 if the settings of the timer `self` can still change, or -1
+   with RuntimeError once it has been started. */
+static int refuse_if_started(TimerObject *self)
+{
+    if (!hwt_timer_started(self->core) && !hwt_timer_stopped(self->core) && !self->dispatcher)
+        return 0;
+    PyErr_SetString(PyExc_RuntimeError,
+                    "cannot change the settings of a timer that has been started");
+    return -1;
+}
+
 /* Gives the timer `self`, which has not started, the settings of `cfg`,
    the thread name `name` and `executor` (NULL: none): a core made anew,
    as __new__ would have made it.  Returns 0, or -1 with the timer as it
@@ -698,11 +709,9 @@ static int timer_init(PyObject *self_o, PyObject *args, PyObject *kwds)
             r = -1;
         } else if (same_settings(self, &cfg, name, ex)) {
             r = 0;
-        } else if (hwt_timer_started(self->core) || hwt_timer_stopped(self->core) ||
-                   self->dispatcher) {
-            PyErr_SetString(PyExc_RuntimeError,
-                            "cannot change the settings of a timer that has been started");
-        } else if (!(clamped && warn_clamped() < 0)) {
+        } else if (refuse_if_started(self) == 0 && !(clamped && warn_clamped() < 0) &&
+                   /* the warning ran Python code, which may have started it */
+                   refuse_if_started(self) == 0) {
             r = apply_settings(self, cfg, name, ex);
         }
     }

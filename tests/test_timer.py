@@ -379,6 +379,30 @@ def test_a_subclass_init_applies_or_refuses_the_arguments_it_hands_on() -> None:
         started.stop()
 
 
+def test_init_refuses_a_change_to_a_timer_started_while_it_warned() -> None:
+    """A clamped tick handed to __init__ warns, and a warning hook may run
+    any code, even start() of the timer being set up: the started timer
+    then keeps its settings, and __init__ says why it does not take the
+    new ones."""
+    timer = HashedWheelTimer(0.05)
+
+    def start_it(*args: object, **kwargs: object) -> None:
+        timer.start()
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("always")
+            warnings.showwarning = start_it
+            with pytest.raises(RuntimeError, match="started"):
+                timer.__init__(tick_duration=0.0001)
+        assert timer.tick_duration == 0.05
+        fired = threading.Event()
+        timer.new_timeout(lambda t: fired.set(), 0)
+        assert fired.wait(DEADLINE)
+    finally:
+        timer.stop()
+
+
 def test_a_manual_timer_subclass_init_applies_what_it_hands_on() -> None:
     """The same for a ManualTimer: a subclass that sets its tick with
     super().__init__(...) gets it, bad values are refused, and a tick that
