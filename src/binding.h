@@ -65,6 +65,17 @@
 #define Py_SETREF(dst, src)  HWT_SETREF(dst, src, Py_DECREF)
 #define Py_XSETREF(dst, src) HWT_SETREF(dst, src, Py_XDECREF)
 
+/* None, True and False returned with a reference: the headers of CPython
+   3.12.0 to 3.13.0 return them without one whatever limited API is asked
+   for, as they are immortal there, but not on 3.10 and 3.11, which the
+   abi3 extension serves too (there each call would take one of theirs). */
+#undef Py_RETURN_NONE
+#undef Py_RETURN_TRUE
+#undef Py_RETURN_FALSE
+#define Py_RETURN_NONE  return Py_NewRef(Py_None)
+#define Py_RETURN_TRUE  return Py_NewRef(Py_True)
+#define Py_RETURN_FALSE return Py_NewRef(Py_False)
+
 /* No vectorcall before 3.12's limited API: a call through a tuple. */
 static inline PyObject *PyObject_CallOneArg(PyObject *callable, PyObject *arg)
 {

@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
+import re
 import shutil
 import subprocess
 import sys
+import sysconfig
 import textwrap
 from pathlib import Path
 
@@ -228,3 +230,49 @@ def test_a_compiler_without_link_time_optimisation_builds_without_it(tmp_path):
     )
     ran = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=120)
     assert ran.returncode == 0, ran.stderr
+
+
+def limited_api_include_dirs() -> list[str]:
+    """The include directories of every CPython 3.10 or later at hand: this
+    one's, and pyenv's, whose headers an abi3 build may be made with."""
+    dirs = {sysconfig.get_path("include")}
+    pyenv = shutil.which("pyenv")
+    if pyenv is not None:
+        root = subprocess.run([pyenv, "root"], capture_output=True, text=True, timeout=60)
+        for inc in Path(root.stdout.strip(), "versions").glob("3.*/include/python3.*"):
+            if re.fullmatch(r"python3\.(1\d|[2-9]\d)", inc.name):
+                dirs.add(str(inc))
+    return sorted(d for d in dirs if (Path(d) / "Python.h").is_file())
+
+
+def test_limited_api_build_returns_singletons_with_a_reference(tmp_path):
+    # CPython 3.12.0 to 3.13.0's headers make Py_RETURN_NONE/TRUE/FALSE
+    # return no reference, also under Py_LIMITED_API=0x030A0000: an abi3
+    # extension built with them took one of None's, True's or False's
+    # references at each such return on 3.10 and 3.11, where they are not
+    # immortal, and freed True after a few hundred Timeout.cancel() calls.
+    if not (ROOT / "src" / "binding.h").exists():
+        pytest.skip("the C sources are not beside these tests")
+    cc = shutil.which("gcc") or shutil.which("cc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    probe = tmp_path / "probe.c"
+    probe.write_text(
+        '#include "binding.h"\n'
+        "hwt_probe_none: Py_RETURN_NONE;\n"
+        "hwt_probe_true: Py_RETURN_TRUE;\n"
+        "hwt_probe_false: Py_RETURN_FALSE;\n"
+    )
+    for include in limited_api_include_dirs():
+        proc = subprocess.run(
+            [cc, "-E", "-P", "-DPy_LIMITED_API=0x030A0000", "-I", str(ROOT / "src"), "-I", include]
+            + [str(probe)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        lines = [line for line in proc.stdout.splitlines() if line.startswith("hwt_probe_")]
+        assert len(lines) == 3, (include, lines)
+        for line in lines:
+            assert "NewRef" in line or "INCREF" in line.upper(), (include, line)
