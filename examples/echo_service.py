@@ -243,7 +243,9 @@ async def serve(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    # no description under python -OO, which strips the docstring
+    description = __doc__.split("\n\n")[0] if __doc__ else None
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8007)
     parser.add_argument("--request-timeout", type=float, default=1.0, metavar="SECONDS")

@@ -204,7 +204,9 @@ async def demo() -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    # no description under python -OO, which strips the docstring
+    description = __doc__.splitlines()[0] if __doc__ else None
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--demo", action="store_true", help="run the demo and exit")
     args = parser.parse_args(argv)
     if not args.demo:

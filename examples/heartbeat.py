@@ -194,7 +194,9 @@ async def demo(period: float = 0.1) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    # no description under python -OO, which strips the docstring
+    description = __doc__.splitlines()[0] if __doc__ else None
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--demo", action="store_true", help="run the demo and exit")
     parser.add_argument("--port", type=int, default=8008)
     parser.add_argument("--timeout", type=float, default=3.0)

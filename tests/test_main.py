@@ -7,6 +7,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -115,3 +117,21 @@ def test_asyncio_pair_cost_is_taken_on_a_loop_that_turns(monkeypatch) -> None:
     monkeypatch.setattr(asyncio, "new_event_loop", Loop)
     assert _pair_cost_asyncio(50_000) > 0
     assert 0 < most_scheduled <= 10_000  # the README: it turns every 10,000 pairs
+
+
+@pytest.mark.parametrize("example", ["echo_service.py", "heartbeat.py", "failback.py"])
+def test_examples_answer_help_under_python_oo(example: str) -> None:
+    # -OO strips the docstring their --help takes its description from
+    path = os.path.join(CHECKOUT, "examples", example)
+    if not os.path.exists(path):
+        pytest.skip("the examples are not beside these tests")
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+    proc = subprocess.run(
+        [sys.executable, "-OO", path, "--help"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("usage: "), proc.stdout
