@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import signal
 import sys
 import time
@@ -188,6 +189,8 @@ class EchoService:
             try:
                 seconds = float(argument)
             except ValueError:
+                return "ERR bad number"
+            if math.isnan(seconds):  # float() takes "nan", which no sleep does
                 return "ERR bad number"
             await hwtimer.sleep(seconds, timer=self.timer)
             return "OK"

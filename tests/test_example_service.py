@@ -76,6 +76,23 @@ def test_requests_answered(run: Any) -> None:
     run(main)
 
 
+def test_a_bad_number_is_answered_and_the_connection_stays(run: Any) -> None:
+    # "nan" is a float to float(), not a delay to sleep(): it is refused
+    # like "abc", rather than end the connection with a ValueError
+    async def main() -> None:
+        service = await _started(request_timeout=SOON, idle_timeout=SOON)
+        try:
+            client = await Client.connect(service)
+            for bad in ("abc", "nan", "NaN", "-nan"):
+                assert await client.ask(f"SLEEP {bad}") == "ERR bad number"
+            assert await client.ask("PING") == "PONG"
+            await client.close()
+        finally:
+            await service.close()
+
+    run(main)
+
+
 def test_many_clients(run: Any) -> None:
     async def main() -> None:
         service = await _started(request_timeout=SOON, idle_timeout=SOON)
