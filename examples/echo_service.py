@@ -256,6 +256,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--uvloop", action="store_true", help="run on uvloop")
     parser.add_argument("--demo", action="store_true", help="talk to a fresh service and exit")
     args = parser.parse_args(argv)
+    for name in ("request_timeout", "idle_timeout"):
+        if not getattr(args, name) > 0:  # NaN included: no deadline could hold it
+            parser.error(f"--{name.replace('_', '-')} must be a number of seconds > 0")
     loop: asyncio.AbstractEventLoop
     if args.uvloop:
         import uvloop

@@ -201,6 +201,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=8008)
     parser.add_argument("--timeout", type=float, default=3.0)
     args = parser.parse_args(argv)
+    if not args.timeout > 0:  # NaN included: no deadline could hold it
+        parser.error("--timeout must be a number of seconds > 0")
 
     async def serve() -> None:
         server = HeartbeatServer(port=args.port, timeout=args.timeout)

@@ -135,3 +135,29 @@ def test_examples_answer_help_under_python_oo(example: str) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("usage: "), proc.stdout
+
+
+@pytest.mark.parametrize(
+    "example, option",
+    [
+        ("echo_service.py", "--request-timeout"),
+        ("echo_service.py", "--idle-timeout"),
+        ("heartbeat.py", "--timeout"),
+    ],
+)
+@pytest.mark.parametrize("value", ["nan", "0", "-1"])
+def test_examples_refuse_a_timeout_no_deadline_can_hold(example: str, option: str, value: str):
+    # refused with a usage line, not served: each connection would end in
+    # a ValueError (NaN) or be closed at once (<= 0)
+    path = os.path.join(CHECKOUT, "examples", example)
+    if not os.path.exists(path):
+        pytest.skip("the examples are not beside these tests")
+    proc = subprocess.run(
+        [sys.executable, path, "--port", "0", f"{option}={value}"],
+        env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1"),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert f"{option} must be a number of seconds > 0" in proc.stderr
