@@ -235,6 +235,10 @@ struct TimerObject {
     pthread_mutex_t advance_lock; /* held through advance() and stop() */
     unsigned long advancing;      /* the thread holding it, or 0 (GIL) */
     unsigned forks_seen;          /* the process's fork count it was made in */
+    /* advance() runs (not stop()); and one of the tasks it ran raised
+       KeyboardInterrupt (Ctrl-C lands in the thread that advances): it
+       stops after that tick and raises it.  Both under advance_lock. */
+    bool in_advance, interrupted;
 };
 
 /* A Timeout: 80 bytes with CPython's GC header, the C node included (a

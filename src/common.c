@@ -253,7 +253,10 @@ void hwtimer_log_task_error(hwtimer_state *st, PyObject *timeout)
     if (tb && exc)
         PyException_SetTraceback(exc, tb);
     TimerObject *timer = TIMER_OF((TimeoutObject *)timeout);
-    if (timer->manual && exc)
+    if (timer->manual && timer->in_advance && exc &&
+        PyErr_GivenExceptionMatches(exc, PyExc_KeyboardInterrupt))
+        timer->interrupted = true; /* advance() raises it: not the task's error */
+    else if (timer->manual && exc)
         hwtimer_keep_manual_error(timer, exc);
     PyObject *task = ((TimeoutObject *)timeout)->task;
     PyObject *args = Py_BuildValue("(sOO)", "task %r of %r raised", task, timeout);

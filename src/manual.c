@@ -70,15 +70,18 @@ static int64_t step(TimerObject *self, int64_t now, ran_count *ran)
 /* Processes, tick by tick, every tick with work that ends by `target`,
    then leaves the clock at `target`; or, given a `loop`, stops after the
    first tick that handed callbacks to it, so that they run at that tick's
-   time.  Returns whether it reached `target`.  Called with advance_lock. */
+   time; or, once a task raised KeyboardInterrupt, stops after that tick.
+   Returns whether it reached `target`.  Called with advance_lock. */
 static bool advance_to(TimerObject *self, int64_t target, PyObject *loop, ran_count *ran)
 {
     int64_t next = step(self, atomic_load(&self->manual_now), ran);
-    while (next <= target) {
+    while (next <= target && !self->interrupted) {
         next = step(self, next, ran);
         if (loop && hwtimer_loop_sink_holds(self, loop))
             return false;
     }
+    if (self->interrupted)
+        return false;
     step(self, target, ran);
     return true;
 }
@@ -103,6 +106,31 @@ static int parse_advance(TimerObject *self, PyObject *obj, int64_t *ns)
     return 0;
 }
 
+/* Takes advance_lock for `what`, with no Ctrl-C noted yet.  Returns 0, or
+   -1 with an exception. */
+static int advance_lock(TimerObject *self, const char *what)
+{
+    if (hwtimer_manual_lock(self, what) < 0)
+        return -1;
+    self->in_advance = true;
+    self->interrupted = false;
+    return 0;
+}
+
+/* Releases advance_lock.  Returns 0, or -1 with KeyboardInterrupt if a
+   task raised it meanwhile: Ctrl-C stops the advance after that tick and
+   comes out of it, as out of any call in the thread it interrupted. */
+static int advance_unlock(TimerObject *self)
+{
+    bool interrupted = self->interrupted;
+    self->in_advance = self->interrupted = false;
+    hwtimer_manual_unlock(self);
+    if (!interrupted)
+        return 0;
+    PyErr_SetNone(PyExc_KeyboardInterrupt);
+    return -1;
+}
+
 static PyObject *manual_time(TimerObject *self, PyObject *unused)
 {
     (void)unused;
@@ -117,13 +145,14 @@ static PyObject *manual_advance(TimerObject *self, PyObject *arg)
         return NULL;
     }
     int64_t delta;
-    if (parse_advance(self, arg, &delta) < 0 || hwtimer_manual_lock(self, "advance()") < 0)
+    if (parse_advance(self, arg, &delta) < 0 || advance_lock(self, "advance()") < 0)
         return NULL;
     ran_count ran;
     count_start(self, &ran);
     advance_to(self, atomic_load(&self->manual_now) + delta, NULL, &ran);
     uint64_t n = count_end(self, &ran);
-    hwtimer_manual_unlock(self);
+    if (advance_unlock(self) < 0)
+        return NULL;
     return PyLong_FromUnsignedLongLong(n);
 }
 
@@ -154,14 +183,15 @@ static PyObject *manual_advance_until(TimerObject *self, PyObject *const *args, 
                         "advance_async() cannot be called from a task of the timer it would move");
         return NULL;
     }
-    if (hwtimer_manual_lock(self, "advance_async()") < 0)
+    if (advance_lock(self, "advance_async()") < 0)
         return NULL;
     ran_count ran;
     count_start(self, &ran);
     bool reached =
         target <= atomic_load(&self->manual_now) || advance_to(self, target, args[1], &ran);
     uint64_t n = count_end(self, &ran);
-    hwtimer_manual_unlock(self);
+    if (advance_unlock(self) < 0)
+        return NULL;
     return Py_BuildValue("(KO)", (unsigned long long)n, reached ? Py_True : Py_False);
 }
 
@@ -173,7 +203,7 @@ static PyObject *manual_advance_to_next(TimerObject *self, PyObject *unused)
                                             "the timer it would move");
         return NULL;
     }
-    if (hwtimer_manual_lock(self, "advance_to_next()") < 0)
+    if (advance_lock(self, "advance_to_next()") < 0)
         return NULL;
     ran_count ran;
     count_start(self, &ran);
@@ -181,13 +211,14 @@ static PyObject *manual_advance_to_next(TimerObject *self, PyObject *unused)
     bool moved = false;
     /* A tick with work may only hold a timeout due on a later turn of the
        wheel: go on to the first tick where something falls due. */
-    for (int i = 0; next != HWT_NEVER && i < MAX_IDLE_STEPS; i++) {
+    for (int i = 0; next != HWT_NEVER && i < MAX_IDLE_STEPS && !self->interrupted; i++) {
         moved = true;
         next = step(self, next, &ran);
         if (count_end(self, &ran) != 0 || hwt_timer_pending(self->core) == 0)
             break;
     }
-    hwtimer_manual_unlock(self);
+    if (advance_unlock(self) < 0)
+        return NULL;
     if (!moved)
         Py_RETURN_NONE;
     return manual_time(self, NULL);

@@ -269,6 +269,38 @@ def test_task_errors_are_logged_and_do_not_stop_the_advance(
     assert any(r.exc_info and r.exc_info[0] is ValueError for r in caplog.records)
 
 
+@pytest.mark.skipif(not hasattr(signal, "raise_signal"), reason="needs signal.raise_signal")
+def test_ctrl_c_in_a_task_stops_the_advance_after_its_tick(manual: ManualTimer) -> None:
+    # Ctrl-C lands in the thread that advances, so in whichever task runs:
+    # it comes out of advance() once that tick has run, instead of being
+    # taken for the task's error while the advance goes on
+    def ctrl_c(timeout: Timeout) -> None:
+        signal.raise_signal(signal.SIGINT)
+
+    same_tick, later = Recorder(manual), Recorder(manual)
+    manual.new_timeout(ctrl_c, 0.01)
+    manual.new_timeout(same_tick, 0.01)
+    manual.new_timeout(later, 0.02)
+    with pytest.raises(KeyboardInterrupt):
+        manual.advance(1)
+    assert manual.time() == 0.01
+    assert same_tick.times == [0.01] and later.count == 0
+    assert manual.task_errors == []
+    assert manual.advance(1) == 1  # the next advance goes on from there
+    assert later.times == [0.02] and manual.time() == 1.01
+    manual.new_timeout(ctrl_c, 0.01)
+    with pytest.raises(KeyboardInterrupt):
+        manual.advance_to_next()
+    assert manual.time() == 1.02 and manual.advance_to_next() is None
+    manual.new_periodic(ctrl_c, 0.01)
+    manual.new_timeout(later, 0.1)
+    with pytest.raises(KeyboardInterrupt):
+        manual.advance(1)  # stops the periodic one, as any exception of its task
+    assert manual.time() == 1.03 and manual.advance(1) == 1
+    assert later.count == 2 and manual.pending_timeouts() == 0
+    assert manual.task_errors == []
+
+
 @pytest.mark.parametrize("quiet", ["level", "disable", "filter"])
 def test_task_errors_are_kept_however_the_logger_is_set(manual: ManualTimer, quiet: str) -> None:
     # a test that quietens hwtimer's warnings still fails on a task's error
