@@ -237,6 +237,20 @@ def test_advance_to_next_skips_cancelled_timeouts(manual: ManualTimer) -> None:
     assert manual.time() == 2.0
 
 
+@pytest.mark.parametrize("delay", [float("inf"), 1e300, 1e12])
+def test_advance_to_next_with_only_a_never_due_timeout_pending(
+    manual: ManualTimer, delay: float
+) -> None:
+    """A timeout that never fires (infinite, or past the 64-bit ns clock)
+    gives advance_to_next() nothing to move to: None, the clock where it
+    was, and the timeout still pending."""
+    timeout = manual.new_timeout(lambda t: None, delay)
+    manual.advance(0.5)
+    assert manual.advance_to_next() is None
+    assert manual.time() == 0.5
+    assert manual.pending_timeouts() == 1 and not timeout.is_expired()
+
+
 def test_advance_to_next_with_wake_every_tick_set(
     make_manual, monkeypatch: pytest.MonkeyPatch
 ) -> None:
