@@ -75,11 +75,11 @@ class ManualTimer(_ManualTimer):
         same call.
         """
         loop = asyncio.get_running_loop()
-        target = self._target(seconds)
+        target, carry = self._target(seconds)
         await _settle(self, loop)  # tasks made just before take their first step
         ran = 0
         while True:
-            n, reached = self._advance_until(target, loop)
+            n, reached = self._advance_until(target, carry, loop)
             ran += n
             await _settle(self, loop)
             if reached:

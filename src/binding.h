@@ -232,6 +232,9 @@ struct TimerObject {
        clock below, which only advance() moves, under advance_lock. */
     bool manual;
     _Atomic int64_t manual_now;   /* ns; starts at 0 */
+    /* what advance() was given below the clock's ns and has not moved it
+       by, in [-0.5, 0.5] ns: advances add up as their seconds do */
+    double manual_carry;
     pthread_mutex_t advance_lock; /* held through advance() and stop() */
     unsigned long advancing;      /* the thread holding it, or 0 (GIL) */
     unsigned forks_seen;          /* the process's fork count it was made in */

@@ -68,13 +68,17 @@ static int64_t step(TimerObject *self, int64_t now, ran_count *ran)
 }
 
 /* Processes, tick by tick, every tick with work that ends by `target`,
-   then leaves the clock at `target`; or, given a `loop`, stops after the
-   first tick that handed callbacks to it, so that they run at that tick's
-   time; or, once a task raised KeyboardInterrupt, stops after that tick.
-   Returns whether it reached `target`.  Called with advance_lock. */
-static bool advance_to(TimerObject *self, int64_t target, PyObject *loop, ran_count *ran)
+   then leaves the clock at `target`, `carry` short of where the advance
+   meant it to be; or, given a `loop`, stops after the first tick that
+   handed callbacks to it, so that they run at that tick's time; or, once a
+   task raised KeyboardInterrupt, stops after that tick, which is where the
+   clock then is.  Returns whether it reached `target`.  Called with
+   advance_lock. */
+static bool advance_to(TimerObject *self, int64_t target, double carry, PyObject *loop,
+                       ran_count *ran)
 {
     int64_t next = step(self, atomic_load(&self->manual_now), ran);
+    self->manual_carry = 0;
     while (next <= target && !self->interrupted) {
         next = step(self, next, ran);
         if (loop && hwtimer_loop_sink_holds(self, loop))
@@ -83,12 +87,16 @@ static bool advance_to(TimerObject *self, int64_t target, PyObject *loop, ran_co
     if (self->interrupted)
         return false;
     step(self, target, ran);
+    self->manual_carry = carry;
     return true;
 }
 
-/* Reads advance()'s argument as ns.  Returns 0 or -1 with TypeError or
-   ValueError (a negative, NaN or infinite one, or past 64-bit ns). */
-static int parse_advance(TimerObject *self, PyObject *obj, int64_t *ns)
+/* Reads advance()'s argument as whole ns, and in *carry what is left of
+   it and of the advances before (below a ns), for the next advance to go
+   on from: three advance(1 / 3) reach 1.0, as the seconds add up.
+   Returns 0 or -1 with TypeError or ValueError (a negative, NaN or
+   infinite one, or past 64-bit ns). */
+static int parse_advance(TimerObject *self, PyObject *obj, int64_t *ns, double *carry)
 {
     double seconds;
     /* an int too large for a double is out of range, as 1e300 is */
@@ -96,13 +104,17 @@ static int parse_advance(TimerObject *self, PyObject *obj, int64_t *ns)
         hwtimer_huge_seconds(obj, &seconds) < 0)
         return -1;
     int64_t now = atomic_load(&self->manual_now);
-    double x = nearbyint(seconds * 1e9);
-    if (!(x >= 0) || !(x < 9.2e18 - (double)now)) {
+    double exact = seconds * 1e9 + self->manual_carry;
+    double x = nearbyint(exact);
+    if (!(seconds >= 0) || !(x < 9.2e18 - (double)now)) {
         return hwtimer_value_error("seconds must be >= 0 and finite (and keep the clock within "
                                    "64-bit nanoseconds)",
                                    obj);
     }
+    if (x < 0) /* a carry of -0.5 and an advance of less than half a ns */
+        x = 0;
     *ns = (int64_t)x;
+    *carry = exact - x;
     return 0;
 }
 
@@ -145,38 +157,45 @@ static PyObject *manual_advance(TimerObject *self, PyObject *arg)
         return NULL;
     }
     int64_t delta;
-    if (parse_advance(self, arg, &delta) < 0 || advance_lock(self, "advance()") < 0)
+    double carry;
+    if (parse_advance(self, arg, &delta, &carry) < 0 || advance_lock(self, "advance()") < 0)
         return NULL;
     ran_count ran;
     count_start(self, &ran);
-    advance_to(self, atomic_load(&self->manual_now) + delta, NULL, &ran);
+    advance_to(self, atomic_load(&self->manual_now) + delta, carry, NULL, &ran);
     uint64_t n = count_end(self, &ran);
     if (advance_unlock(self) < 0)
         return NULL;
     return PyLong_FromUnsignedLongLong(n);
 }
 
-/* _target(seconds): the clock time, in ns, that advance(seconds) would
-   reach; TypeError or ValueError as advance() raises them. */
+/* _target(seconds): (the clock time in ns that advance(seconds) would
+   reach, the carry it would leave); TypeError or ValueError as advance()
+   raises them. */
 static PyObject *manual_target(TimerObject *self, PyObject *arg)
 {
     int64_t delta;
-    if (parse_advance(self, arg, &delta) < 0)
+    double carry;
+    if (parse_advance(self, arg, &delta, &carry) < 0)
         return NULL;
-    return PyLong_FromLongLong(atomic_load(&self->manual_now) + delta);
+    return Py_BuildValue("(Ld)", (long long)(atomic_load(&self->manual_now) + delta), carry);
 }
 
-/* _advance_until(target_ns, loop): advance_async()'s step: advances
-   towards `target_ns`, stopping after a tick that handed callbacks to
-   `loop`.  Returns (tasks run or handed over, whether it got there). */
+/* _advance_until(target_ns, carry, loop): advance_async()'s step, with
+   what _target() returned: advances towards `target_ns`, stopping after a
+   tick that handed callbacks to `loop`.  Returns (tasks run or handed
+   over, whether it got there). */
 static PyObject *manual_advance_until(TimerObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "_advance_until() takes target_ns and loop");
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "_advance_until() takes target_ns, carry and loop");
         return NULL;
     }
     long long target = PyLong_AsLongLong(args[0]);
     if (target == -1 && PyErr_Occurred())
+        return NULL;
+    double carry = PyFloat_AsDouble(args[1]);
+    if (carry == -1.0 && PyErr_Occurred())
         return NULL;
     if (hwtimer_current_task_timer == self) {
         PyErr_SetString(PyExc_RuntimeError,
@@ -187,8 +206,10 @@ static PyObject *manual_advance_until(TimerObject *self, PyObject *const *args, 
         return NULL;
     ran_count ran;
     count_start(self, &ran);
-    bool reached =
-        target <= atomic_load(&self->manual_now) || advance_to(self, target, args[1], &ran);
+    int64_t now = atomic_load(&self->manual_now);
+    if (target == now)
+        self->manual_carry = carry;
+    bool reached = target <= now || advance_to(self, target, carry, args[2], &ran);
     uint64_t n = count_end(self, &ran);
     if (advance_unlock(self) < 0)
         return NULL;
@@ -217,6 +238,8 @@ static PyObject *manual_advance_to_next(TimerObject *self, PyObject *unused)
         if (count_end(self, &ran) != 0 || hwt_timer_pending(self->core) == 0)
             break;
     }
+    if (moved)
+        self->manual_carry = 0; /* at a tick's end */
     if (advance_unlock(self) < 0)
         return NULL;
     if (!moved)
@@ -261,9 +284,10 @@ static PyMethodDef manual_methods[] = {
      "timeout falls due and runs what is due there; returns the new time, or None when "
      "nothing pending will ever fall due."},
     {"_target", (PyCFunction)manual_target, METH_O,
-     "_target($self, seconds, /)\n--\n\nThe clock in ns that advance(seconds) would reach."},
+     "_target($self, seconds, /)\n--\n\nThe clock in ns that advance(seconds) would reach, "
+     "and the carry below a ns it would leave."},
     {"_advance_until", (PyCFunction)(void (*)(void))manual_advance_until, METH_FASTCALL,
-     "_advance_until($self, target_ns, loop, /)\n--\n\nadvance_async()'s step."},
+     "_advance_until($self, target_ns, carry, loop, /)\n--\n\nadvance_async()'s step."},
     {"_holds", (PyCFunction)manual_holds, METH_O,
      "_holds($self, loop, /)\n--\n\nWhether callbacks handed to loop wait to run."},
     {NULL, NULL, 0, NULL},

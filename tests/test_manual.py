@@ -454,6 +454,29 @@ def test_advance_rejects_bad_input(manual: ManualTimer, seconds: object, error: 
     assert manual.pending_timeouts() == 1
 
 
+@pytest.mark.parametrize("parts", [3, 7, 3000])
+def test_advances_add_up_as_their_seconds_do(manual: ManualTimer, parts: int) -> None:
+    """advance(1 / n) n times moves the clock by 1 s, as the seconds add up
+    in Python, though 1 / n is no whole number of ns: what is left below a
+    ns goes on to the next advance.  A timeout due at 1.0 runs."""
+    task = Recorder(manual)
+    manual.new_timeout(task, 1.0)
+    for _ in range(parts):
+        manual.advance(1 / parts)
+    assert manual.time() == 1.0
+    assert task.count == 1
+
+
+def test_a_tick_end_leaves_nothing_to_carry(manual: ManualTimer) -> None:
+    """advance_to_next() puts the clock at a tick's end, whatever the
+    advances before left below a ns."""
+    manual.advance(1 / 3)  # a third of a ns left over
+    manual.new_timeout(Recorder(manual), 0.5)
+    assert manual.advance_to_next() == 0.833333333  # the timer started at 1 / 3
+    manual.advance(0.1666666672)  # 0.2 ns over: alone, it rounds down
+    assert manual.time() == 1.0
+
+
 def test_advance_from_inside_its_own_task_is_refused(manual: ManualTimer) -> None:
     errors: list[BaseException] = []
     later = Recorder(manual)

@@ -40,6 +40,28 @@ def run(request: pytest.FixtureRequest) -> Callable[[Callable[[], Awaitable[Any]
     return runner
 
 
+def test_async_advances_add_up_as_their_seconds_do(manual_timer: ManualTimer, run: Any) -> None:
+    """advance_async(1 / 3) three times, mixed with advance(), reaches 1.0,
+    and a sleep until then ends."""
+
+    async def main() -> None:
+        woke: list[float] = []
+
+        async def sleeper() -> None:
+            await hwtimer.sleep(1.0)
+            woke.append(manual_timer.time())
+
+        task = asyncio.ensure_future(sleeper())
+        await manual_timer.advance_async(1 / 3)
+        manual_timer.advance(1 / 3)
+        await manual_timer.advance_async(1 / 3)
+        await task
+        assert woke == [1.0]
+        assert manual_timer.time() == 1.0
+
+    run(main)
+
+
 def test_call_later_is_handed_to_the_loop(manual_timer: ManualTimer, run: Any) -> None:
     async def main() -> None:
         loop = asyncio.get_running_loop()
