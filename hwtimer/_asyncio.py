@@ -158,17 +158,22 @@ else:
 
     def _cancelled_by_no_scope(exc: BaseException | None) -> bool:
         """Returns whether the CancelledError `exc` comes from a cancel()
-        that no scope made, after a scope's own request was taken and
-        swallowed by the task, which the count cannot see on these
-        versions.  A scope's cancellation carries its message, also when
-        a task or gather() it went through raises a CancelledError of its
-        own (with the one it took as its context)."""
+        that no scope made, which the count cannot see on these versions:
+        one that a task the body awaits was handling when the scope's
+        cancellation came.  A scope's cancellation carries its message,
+        also when a task or gather() it went through raises a
+        CancelledError of its own (with the one it took as its context)."""
         while exc is not None:
             if exc.args and exc.args[0] is _DEADLINE_PASSED:
                 break
             exc = exc.__context__
         else:
-            return True
+            # No trace of the scope's message: still the scope's, as code
+            # that took its cancellation may raise a CancelledError afresh
+            # (asyncio.Condition.wait() does, cancelled while it takes its
+            # lock back); a cancel() that came after the body swallowed
+            # the scope's looks the same, and is not told apart.
+            return False
         # The scope's cancellation came while a task in between was
         # handling another one: a cancel() made before the deadline passed,
         # by then out of sight (that task had taken it).

@@ -1207,6 +1207,10 @@ def test_cancel_swallowed_inside_an_inner_scope_then_outer_timeout(run: Any) -> 
     run(main)
 
 
+@pytest.mark.skipif(
+    not HAVE_ASYNCIO_TIMEOUT,
+    reason="before 3.11 a cancel() after the body took the scope's cancellation is not visible",
+)
 @pytest.mark.parametrize("awaits", ["future", "task"])
 def test_outside_cancel_after_the_expiry_was_swallowed_wins(
     run: Any, timeout: Any, awaits: str
@@ -1239,6 +1243,36 @@ def test_outside_cancel_after_the_expiry_was_swallowed_wins(
         assert task.cancelled()
 
     run(main)
+
+
+def test_expiry_while_a_condition_takes_its_lock_back_is_a_timeout(run: Any, timeout: Any) -> None:
+    # The deadline passes while Condition.wait(), notified, waits to take
+    # its lock back: wait() takes the scope's cancellation, takes the lock,
+    # then raises a CancelledError of its own (on 3.9 and 3.10, one with
+    # no trace of the scope's).  It is the scope's: TimeoutError, and the
+    # task goes on.
+    async def main() -> str:
+        cond = asyncio.Condition()
+        entered = asyncio.get_running_loop().create_future()
+
+        async def waiter() -> str:
+            async with cond:
+                try:
+                    async with timeout(0.1):
+                        entered.set_result(None)
+                        await cond.wait()
+                except TimeoutError:
+                    return "timed out"
+                return "not timed out"
+
+        task = asyncio.ensure_future(waiter())
+        await entered
+        async with cond:
+            cond.notify()
+            await asyncio.sleep(0.3)  # holds the lock past the deadline
+        return await task
+
+    assert run(main) == "timed out"
 
 
 @pytest.mark.parametrize("awaits", ["task", "gather", "task-of-task"])
