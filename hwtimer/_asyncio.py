@@ -164,7 +164,7 @@ else:
         also when a task or gather() it went through raises a
         CancelledError of its own (with the one it took as its context)."""
         while exc is not None:
-            if exc.args and exc.args[0] is _DEADLINE_PASSED:
+            if _is_the_scopes(exc):
                 break
             exc = exc.__context__
         else:
@@ -179,12 +179,14 @@ else:
         # by then out of sight (that task had taken it).
         exc = exc.__context__
         while exc is not None:
-            if isinstance(exc, asyncio.CancelledError) and not (
-                exc.args and exc.args[0] is _DEADLINE_PASSED
-            ):
+            if isinstance(exc, asyncio.CancelledError) and not _is_the_scopes(exc):
                 return True
             exc = exc.__context__
         return False
+
+    def _is_the_scopes(exc: BaseException) -> bool:
+        """Whether `exc` carries the message of a scope's cancel()."""
+        return bool(exc.args) and exc.args[0] is _DEADLINE_PASSED
 
     def _uncancel_task(task: asyncio.Task[Any]) -> int:
         """Withdraws one request made by _cancel_task; returns the count left."""
