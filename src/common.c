@@ -85,7 +85,9 @@ int hwtimer_parse_seconds(hwtimer_state *st, PyObject *obj, const char *what, do
     }
     if (!PyFloat_Check(obj) && !PyLong_Check(obj) && !PyIndex_Check(obj) && !HWT_HAS_FLOAT(obj))
         return type_error(what, obj);
-    double d = PyFloat_AsDouble(obj);
+    /* an int, subclasses too, is its value, as a delay is: not what a
+       subclass's __float__ says */
+    double d = PyLong_Check(obj) ? PyLong_AsDouble(obj) : PyFloat_AsDouble(obj);
     if (d == -1.0 && PyErr_Occurred())
         return -1; /* e.g. OverflowError, or what a __float__ raised */
     *out = d;

@@ -277,6 +277,26 @@ def test_constructor_accepted(make_timer, kwargs, attr, expected) -> None:
         assert task.wait()
 
 
+class IntFloatsOtherwise(int):
+    """An int whose __float__ says something else."""
+
+    def __float__(self) -> float:
+        return float(int(self)) * 1000
+
+
+def test_an_int_subclass_is_its_int_value_in_every_argument(make_timer) -> None:
+    # Its value is the int's, whatever its __float__ says, for delays as
+    # for time.sleep() and float arithmetic: for tick_duration too.
+    timer = make_timer(IntFloatsOtherwise(2))
+    assert timer.tick_duration == 2.0
+    timeout = timer.new_timeout(noop, IntFloatsOtherwise(3))
+    assert timeout.deadline - time.monotonic() <= 3
+    timeout.cancel()
+    with ManualTimer() as manual:
+        manual.advance(IntFloatsOtherwise(1))
+        assert manual.time() == 1.0
+
+
 @pytest.mark.parametrize("limit", [10**100, 2**63, 2**64, HasIndex(10**30)])
 def test_huge_max_pending_is_no_limit_in_practice(make_timer, limit) -> None:
     timer = make_timer(max_pending_timeouts=limit)
