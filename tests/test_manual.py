@@ -1051,6 +1051,23 @@ def test_a_reset_keeps_its_place_in_the_tick_only_before_the_wheel_took_it(
     assert order == ["a", "b", "b", "a"]
 
 
+def test_a_reset_goes_ahead_of_what_was_scheduled_before_it_and_not_taken_in(
+    manual: ManualTimer,
+) -> None:
+    # A tick relinks the reset timeouts before it takes in those scheduled
+    # since the last one: c, scheduled before a's reset but after the
+    # wheel's last tick, runs after a in their common tick; b, in the
+    # wheel when a was reset, runs before it.
+    order: list[str] = []
+    a = manual.new_timeout(lambda to: order.append("a"), 5)
+    manual.new_timeout(lambda to: order.append("b"), 0.005)
+    manual.advance(0.001)  # a and b in the wheel
+    manual.new_timeout(lambda to: order.append("c"), 0.004)
+    assert a.reset(0.004) is True
+    manual.advance(0.01)
+    assert order == ["b", "a", "c"]
+
+
 def test_reset_moves_the_deadline_on_the_manual_clock(manual: ManualTimer) -> None:
     task = Recorder(manual)
     timeout = manual.new_timeout(task, 10)
