@@ -397,6 +397,11 @@ static inline int hwtimer_parse_delay(hwtimer_state *st, PyObject *obj, const ch
 /* Seconds into ns, rounded up (never early) and saturated; NaN is
    ValueError.  Returns 0 or -1. */
 int hwtimer_delay_from_seconds(double seconds, const char *what, int64_t *ns);
+/* The seconds a number read by the calls above stands for: an int's value,
+   a subclass's too whatever its __float__ says, else its float.  -1.0 with
+   an exception set when that fails (OverflowError for an int past any
+   float, what a __float__ raised). */
+double hwtimer_as_seconds(PyObject *obj);
 /* Same, as seconds: returns 0 or -1; NaN is left to the caller. */
 int hwtimer_parse_seconds(hwtimer_state *st, PyObject *obj, const char *what, double *out);
 /* After hwtimer_parse_seconds() failed for `obj`: if it was an int (or

@@ -72,6 +72,13 @@ static int timedelta_us(PyObject *obj, long double *us)
     return 0;
 }
 
+double hwtimer_as_seconds(PyObject *obj)
+{
+    /* an int, subclasses too, is its value: not what a subclass's
+       __float__ says */
+    return PyLong_Check(obj) ? PyLong_AsDouble(obj) : PyFloat_AsDouble(obj);
+}
+
 int hwtimer_parse_seconds(hwtimer_state *st, PyObject *obj, const char *what, double *out)
 {
     if (PyBool_Check(obj))
@@ -85,9 +92,7 @@ int hwtimer_parse_seconds(hwtimer_state *st, PyObject *obj, const char *what, do
     }
     if (!PyFloat_Check(obj) && !PyLong_Check(obj) && !PyIndex_Check(obj) && !HWT_HAS_FLOAT(obj))
         return type_error(what, obj);
-    /* an int, subclasses too, is its value, as a delay is: not what a
-       subclass's __float__ says */
-    double d = PyLong_Check(obj) ? PyLong_AsDouble(obj) : PyFloat_AsDouble(obj);
+    double d = hwtimer_as_seconds(obj);
     if (d == -1.0 && PyErr_Occurred())
         return -1; /* e.g. OverflowError, or what a __float__ raised */
     *out = d;

@@ -280,7 +280,7 @@ static int check_deadline(PyObject *obj, const char *what, double *out)
                      hwtimer_type_name(Py_TYPE(obj)));
         return -1;
     }
-    double d = PyFloat_AsDouble(obj);
+    double d = hwtimer_as_seconds(obj);
     if (d == -1.0 && PyErr_Occurred() && hwtimer_huge_seconds(obj, &d) < 0)
         return -1;
     if (isnan(d)) {
@@ -492,7 +492,7 @@ static int scope_bind(ScopeObject *self)
     Py_XSETREF(self->loop, loop);
     self->cancelling = cancelling;
     if (self->when && self->when != Py_None) {
-        double when = PyFloat_AsDouble(self->when);
+        double when = hwtimer_as_seconds(self->when);
         if ((when == -1.0 && PyErr_Occurred()) || scope_schedule(self, when) < 0)
             return -1;
     }
@@ -616,7 +616,7 @@ static PyObject *scope_timer_stopped(ScopeObject *self, PyObject *remaining_o)
             return NULL;
         when += remaining;
     } else {
-        when = PyFloat_AsDouble(self->when);
+        when = hwtimer_as_seconds(self->when);
         if (when == -1.0 && PyErr_Occurred())
             return NULL;
     }
@@ -646,7 +646,7 @@ static PyObject *scope_repr(ScopeObject *self)
         return PyUnicode_FromFormat("<TimeoutScope [%s]>", name);
     if (!self->when || self->when == Py_None)
         return PyUnicode_FromFormat("<TimeoutScope [%s] when=None>", name);
-    double when = PyFloat_AsDouble(self->when);
+    double when = hwtimer_as_seconds(self->when);
     if (when == -1.0 && PyErr_Occurred())
         return NULL;
     char *text = PyOS_double_to_string(when, 'f', 3, 0, NULL);

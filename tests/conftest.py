@@ -64,6 +64,13 @@ class HasFloat:
         return self.value
 
 
+class IntFloatsOtherwise(int):
+    """An int whose __float__ says something else."""
+
+    def __float__(self) -> float:
+        return float(int(self)) * 1000
+
+
 class HasIndex:
     """A delay that is neither int nor float: it has __index__."""
 

@@ -28,7 +28,14 @@ from datetime import timedelta
 from typing import Any, Callable
 
 import pytest
-from conftest import ASYNCIO_TIMEOUT_IS_REFERENCE, LOOP_KINDS, HasFloat, HasIndex, event_loop
+from conftest import (
+    ASYNCIO_TIMEOUT_IS_REFERENCE,
+    LOOP_KINDS,
+    HasFloat,
+    HasIndex,
+    IntFloatsOtherwise,
+    event_loop,
+)
 
 import hwtimer
 
@@ -809,6 +816,26 @@ def test_timeout_at(run: Any) -> None:
         # read at the start of the loop's iteration, up to 1 ms behind
         assert time.monotonic() - start >= 0.05 - 0.001
         assert cm.expired()
+
+    run(main)
+
+
+def test_an_int_subclass_deadline_is_its_int_value(run: Any, timeout: Any) -> None:
+    # As for a delay on the timer, whatever its __float__ says.
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        before = loop.time()
+        when = timeout(IntFloatsOtherwise(2)).when()
+        assert when is not None and before + 2 <= when <= loop.time() + 2
+        past = IntFloatsOtherwise(int(loop.time()))
+        timeout_at = hwtimer.timeout_at if timeout is hwtimer.timeout else asyncio.timeout_at
+        with pytest.raises(TimeoutError):
+            async with timeout_at(past):
+                await asyncio.sleep(5)
+        with pytest.raises(TimeoutError):
+            async with timeout(None) as cm:
+                cm.reschedule(past)
+                await asyncio.sleep(5)
 
     run(main)
 

@@ -22,6 +22,7 @@ from conftest import (
     Counter,
     HasFloat,
     HasIndex,
+    IntFloatsOtherwise,
     collect_until,
     native_thread_names,
     wait_for,
@@ -275,13 +276,6 @@ def test_constructor_accepted(make_timer, kwargs, attr, expected) -> None:
         task = Counter()
         timer.new_timeout(task, 0)
         assert task.wait()
-
-
-class IntFloatsOtherwise(int):
-    """An int whose __float__ says something else."""
-
-    def __float__(self) -> float:
-        return float(int(self)) * 1000
 
 
 def test_an_int_subclass_is_its_int_value_in_every_argument(make_timer) -> None:
