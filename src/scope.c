@@ -323,11 +323,7 @@ static int scope_init(ScopeObject *self, PyObject *args, PyObject *kwds)
     PyObject *when = given[0], *timer = given[1] ? given[1] : Py_None;
     hwtimer_state *st = scope_state(self);
     double w = 0;
-    if (when != Py_None && ((!PyFloat_Check(when) && !PyLong_Check(when)) || PyBool_Check(when))) {
-        PyErr_Format(PyExc_TypeError, "when must be a float or None, not %.200s",
-                     hwtimer_type_name(Py_TYPE(when)));
-        return -1;
-    }
+    /* read as reschedule() reads it */
     if (when != Py_None && check_deadline(when, "when", &w) < 0)
         return -1;
     if (require_timer(st, timer) < 0)

@@ -1771,6 +1771,35 @@ def test_deadlines_take_an_int_past_any_float_as_infinite(run: Any, own_timer: A
     run(main)
 
 
+def test_timeout_at_takes_the_numbers_reschedule_takes(run: Any, own_timer: Any) -> None:
+    # a deadline is read by the same rules whether the scope is made with
+    # it or rescheduled to it: a number that is neither int nor float too
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+
+        def has_float(seconds: int) -> HasFloat:
+            return HasFloat(float(seconds))
+
+        for make in (fractions.Fraction, has_float, decimal.Decimal, HasIndex):
+            when = make(int(loop.time()) + 3600)
+            assert hwtimer.TimeoutScope(when).when() is when
+            async with hwtimer.timeout_at(when, timer=own_timer) as cm:
+                await asyncio.sleep(0)
+            assert cm.when() is when and not cm.expired()
+            async with hwtimer.timeout(None, timer=own_timer) as cm:
+                cm.reschedule(when)
+            assert cm.when() is when
+            with pytest.raises(TimeoutError):
+                async with hwtimer.timeout_at(make(int(loop.time()) - 1), timer=own_timer):
+                    await asyncio.sleep(10)
+        for bad in ("1", [1], timedelta(seconds=1)):
+            name = type(bad).__name__
+            with pytest.raises(TypeError, match=rf"^when must be a number, not [\w.]*\b{name}$"):
+                hwtimer.timeout_at(bad)
+
+    run(main)
+
+
 def test_helpers_refuse_a_delay_that_is_no_number_as_new_timeout_does(
     run: Any, own_timer: Any
 ) -> None:
