@@ -75,8 +75,10 @@ class ManualTimer(_ManualTimer):
         same call.
         """
         loop = asyncio.get_running_loop()
-        target, carry = self._target(seconds)
+        self._target(seconds)  # bad input is refused before anything runs
         await _settle(self, loop)  # tasks made just before take their first step
+        # from the clock they leave: one of them may have moved it
+        target, carry = self._target(seconds)
         ran = 0
         while True:
             n, reached = self._advance_until(target, carry, loop)

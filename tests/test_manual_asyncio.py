@@ -269,6 +269,26 @@ def test_scope_entered_late_keeps_its_deadline_on_the_manual_clock(
     run(main)
 
 
+def test_advance_async_moves_the_clock_after_the_tasks_made_before_it_start(
+    manual_timer: ManualTimer, run: Any
+) -> None:
+    """The clock moves by `seconds` once the tasks created just before the
+    call have started, also when one of them moves it first."""
+
+    async def main() -> None:
+        async def advances() -> None:
+            manual_timer.advance(5)
+
+        asyncio.ensure_future(advances())
+        await manual_timer.advance_async(1)
+        assert manual_timer.time() == 6.0
+        # two at once: each moves it by its own seconds
+        await asyncio.gather(manual_timer.advance_async(1), manual_timer.advance_async(1))
+        assert manual_timer.time() == 8.0
+
+    run(main)
+
+
 def test_advance_async_bad_input_changes_nothing(manual_timer: ManualTimer, run: Any) -> None:
     async def main() -> None:
         ran: list[int] = []
