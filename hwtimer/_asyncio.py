@@ -95,7 +95,7 @@ if sys.version_info >= (3, 11):
         """Withdraws one cancel request; returns the count left."""
         return task.uncancel()
 
-    def _cancelled_by_no_scope(exc: BaseException | None) -> bool:
+    def _cancelled_by_no_scope(exc: BaseException | None, handled: BaseException | None) -> bool:
         """The count tells it all: Task.cancel() counts every request."""
         return False
 
@@ -156,14 +156,17 @@ else:
         _cancel_requests[task] = count + 1
         task.cancel(msg=_DEADLINE_PASSED)  # as gather() passes it
 
-    def _cancelled_by_no_scope(exc: BaseException | None) -> bool:
+    def _cancelled_by_no_scope(exc: BaseException | None, handled: BaseException | None) -> bool:
         """Returns whether the CancelledError `exc` comes from a cancel()
         that no scope made, which the count cannot see on these versions:
         one that a task the body awaits was handling when the scope's
         cancellation came.  A scope's cancellation carries its message,
         also when a task or gather() it went through raises a
-        CancelledError of its own (with the one it took as its context)."""
-        while exc is not None:
+        CancelledError of its own (with the one it took as its context).
+        `handled` is the exception the task was handling when it entered
+        the scope: it, and the chain it leads on to, came before the
+        scope's cancel() and are no later request."""
+        while exc is not None and exc is not handled:
             if _is_the_scopes(exc):
                 break
             exc = exc.__context__
@@ -178,7 +181,7 @@ else:
         # handling another one: a cancel() made before the deadline passed,
         # by then out of sight (that task had taken it).
         exc = exc.__context__
-        while exc is not None:
+        while exc is not None and exc is not handled:
             if isinstance(exc, asyncio.CancelledError) and not _is_the_scopes(exc):
                 return True
             exc = exc.__context__
@@ -224,16 +227,18 @@ def _exit_expired(
     cancelling: int,
     exc_type: type[BaseException] | None,
     exc_val: BaseException | None,
+    handled: BaseException | None = None,
 ) -> None:
     """Leaves a scope whose deadline cancelled its task.
 
     Withdraws the scope's cancel request.  Only when no other request is left
     (an outer scope's, or a cancel() from outside) is the cancellation this
-    scope's to turn into ``TimeoutError``.
+    scope's to turn into ``TimeoutError``.  `handled` is the exception the
+    task was handling when it entered the scope (before 3.11; else None).
     """
     if _uncancel_task(task) <= cancelling and exc_type is not None:
         if issubclass(exc_type, asyncio.CancelledError):
-            if _cancelled_by_no_scope(exc_val):
+            if _cancelled_by_no_scope(exc_val, handled):
                 return  # someone else's cancellation: it goes on
             raise _TimeoutError from exc_val
         if exc_val is not None:

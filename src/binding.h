@@ -710,6 +710,9 @@ typedef struct {
     PyObject *loop;        /* owned once entered */
     PyObject *handle;      /* owned: the deadline's Timeout or loop Handle */
     Py_ssize_t cancelling; /* the task's cancel requests on entering */
+    /* owned while entered, before 3.11 only: the exception the task was
+       handling when it entered, or NULL (hwtimer._asyncio's exit hook) */
+    PyObject *handled;
     double created_at;     /* loop.time() when made by _after(), else NaN */
     double created_delay;  /* _after()'s seconds (its when is created_at + this) */
     int64_t created_ns;    /* and the timer's clock then (scope.c) */

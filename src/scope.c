@@ -487,6 +487,15 @@ static int scope_bind(ScopeObject *self)
     Py_XSETREF(self->task, task);
     Py_XSETREF(self->loop, loop);
     self->cancelling = cancelling;
+    if (st->cancelling_hook) {
+        /* no Task.uncancel(): a cancellation the task took before it
+           entered, in its context chain, must not pass for a newer one */
+        PyObject *type, *handled, *tb;
+        PyErr_GetExcInfo(&type, &handled, &tb);
+        Py_XDECREF(type);
+        Py_XDECREF(tb);
+        Py_XSETREF(self->handled, handled);
+    }
     if (self->when && self->when != Py_None) {
         double when = hwtimer_as_seconds(self->when);
         if ((when == -1.0 && PyErr_Occurred()) || scope_schedule(self, when) < 0)
@@ -522,11 +531,12 @@ static PyObject *scope_aexit(ScopeObject *self, PyObject *const *args, Py_ssize_
     }
     if (scope_unschedule(self) < 0)
         return NULL;
-    PyObject *task = self->task; /* the reference moves here */
-    self->task = NULL;
+    PyObject *task = self->task, *handled = self->handled; /* the references move here */
+    self->task = self->handled = NULL;
     if (phase == ENTERED) {
         self->phase = EXITED;
         Py_XDECREF(task);
+        Py_XDECREF(handled);
         Py_INCREF(st->done_none);
         return st->done_none;
     }
@@ -535,10 +545,12 @@ static PyObject *scope_aexit(ScopeObject *self, PyObject *const *args, Py_ssize_
        cancellation is this scope's alone. */
     PyObject *cancelling = PyLong_FromSsize_t(self->cancelling);
     PyObject *r = cancelling ? PyObject_CallFunctionObjArgs(st->exit_expired_hook, task, cancelling,
-                                                            args[0], args[1], NULL)
+                                                            args[0], args[1],
+                                                            handled ? handled : Py_None, NULL)
                              : NULL;
     Py_XDECREF(cancelling);
     Py_XDECREF(task);
+    Py_XDECREF(handled);
     if (!r)
         return NULL;
     Py_DECREF(r);
@@ -661,6 +673,7 @@ static int scope_traverse(ScopeObject *self, visitproc visit, void *arg)
     Py_VISIT(self->task);
     Py_VISIT(self->loop);
     Py_VISIT(self->handle);
+    Py_VISIT(self->handled);
     return 0;
 }
 
@@ -671,6 +684,7 @@ static int scope_clear(ScopeObject *self)
     Py_CLEAR(self->task);
     Py_CLEAR(self->loop);
     Py_CLEAR(self->handle);
+    Py_CLEAR(self->handled);
     return 0;
 }
 

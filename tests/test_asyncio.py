@@ -1302,6 +1302,40 @@ def test_expiry_while_a_condition_takes_its_lock_back_is_a_timeout(run: Any, tim
     assert run(main) == "timed out"
 
 
+@pytest.mark.parametrize("handling", ["cancel", "timeout"])
+def test_expiry_of_a_scope_entered_while_handling_a_cancellation_is_a_timeout(
+    run: Any, timeout: Any, handling: str
+) -> None:
+    # Cleanup under a deadline, in the handler of a cancellation the task
+    # has taken (a cancel() from outside, or an earlier scope's expiry):
+    # the scope's own expiry is a TimeoutError.  The cancellation being
+    # handled is in its CancelledError's context, and came before the
+    # scope was entered: it is no cancel() made since.
+    async def main() -> str:
+        async def body() -> str:
+            try:
+                if handling == "cancel":
+                    task.cancel()
+                    await _forever()
+                else:
+                    async with timeout(0.01):
+                        await _forever()
+            except (asyncio.CancelledError, TimeoutError):
+                try:
+                    async with timeout(0.02) as cm:
+                        await _forever()
+                except TimeoutError:
+                    return f"timed out, expired: {cm.expired()}"
+                except asyncio.CancelledError:
+                    return "cancelled"
+            return "not cancelled"
+
+        task = asyncio.ensure_future(body())
+        return await task
+
+    assert run(main) == "timed out, expired: True"
+
+
 @pytest.mark.parametrize("awaits", ["task", "gather", "task-of-task"])
 def test_expiry_through_awaited_tasks_is_a_timeout(run: Any, timeout: Any, awaits: str) -> None:
     # The scope's cancellation reaches the body through the tasks (or the
