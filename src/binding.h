@@ -178,6 +178,9 @@ typedef struct {
        caller held it, not yet GC-tracked (its dealloc clears this);
        hwtimer_track_taken_back() tracks it */
     TimeoutObject *untracked_held;
+    /* borrowed: every loop sink not yet deallocated, chained through
+       all_next, for the gc.callbacks hook */
+    struct LoopSinkObject *all_loop_sinks;
     bool exiting;         /* the atexit hook ran: no new workers */
     bool threads_exiting; /* threading's exit hooks run: executors refuse work */
     bool threads_hook;    /* _threads_exiting is registered with threading */
@@ -192,7 +195,11 @@ struct TimerObject {
     hwt_timer *core;      /* owned reference */
     PyObject *executor;   /* owned, or NULL */
     PyObject *dispatcher; /* owned DispatchObject, NULL until started */
-    PyObject *loop_sinks; /* owned list of LoopSinkObject */
+    /* owned list of weak references to LoopSinkObject: the loop keeps its
+       sink alive (its reader, or the call that registers it, or the
+       posting thread), as do the sink's timeouts, never the timer, so that
+       a loop left unclosed is collected with what was delivered to it */
+    PyObject *loop_sinks;
     PyObject *name;       /* owned str: the worker thread's name */
     PyObject *weakreflist;
     hwtimer_state *module_state; /* borrowed: the module's, outlives every timer */
@@ -318,6 +325,8 @@ struct LoopSinkObject {
     bool owns_loop;
     bool closed;                 /* delivers nothing more */
     LoopTimeoutObject *timeouts; /* borrowed: its timeouts not yet deallocated */
+    PyObject *weakreflist;       /* the timer's list refers to it weakly */
+    LoopSinkObject *all_next, *all_prev; /* in module_state->all_loop_sinks */
 };
 
 /* The object whose run() is the body of a timer's dispatch thread.  It
@@ -619,6 +628,9 @@ LoopSinkObject *hwtimer_loop_sink_for(TimerObject *timer, PyObject *loop);
 int hwtimer_loop_check(PyObject *loop);
 /* Closes every sink in the list (of a timer going away). */
 void hwtimer_loop_sinks_close(PyObject *sinks);
+/* GC-tracks the timeouts delivered to the loop sinks and not yet taken by
+   their loops: the gc.callbacks hook runs it as every collection starts. */
+void hwtimer_loop_sinks_track_delivered(hwtimer_state *st);
 /* Whether `timer` has callbacks handed to `loop` that it has not run. */
 bool hwtimer_loop_sink_holds(TimerObject *timer, PyObject *loop);
 /* How many runs of periodic timeouts (call_every) `timer`'s loop sinks

@@ -16,6 +16,33 @@
 #include "binding.h"
 
 #include <errno.h>
+#include <structmember.h>
+
+/* The sink that entry `i` of a timer's list refers to (borrowed), or NULL
+   once it has gone.  Used before anything that can run Python, or held. */
+static LoopSinkObject *sink_at(PyObject *sinks, Py_ssize_t i)
+{
+    PyObject *ref = PyList_GET_ITEM(sinks, i);
+#if defined(Py_LIMITED_API) || PY_VERSION_HEX >= 0x030D0000
+    /* a new reference, to an object that has others: the weak reference
+       gave it, so it is alive, and letting go of ours leaves it so */
+    PyObject *s = NULL;
+#ifdef Py_LIMITED_API
+    s = PyObject_CallNoArgs(ref);
+#else
+    (void)PyWeakref_GetRef(ref, &s);
+#endif
+    if (!s) {
+        PyErr_Clear(); /* calling a weak reference does not fail */
+        return NULL;
+    }
+    Py_DECREF(s);
+    return s == Py_None ? NULL : (LoopSinkObject *)s;
+#else
+    PyObject *s = PyWeakref_GetObject(ref);
+    return s == Py_None ? NULL : (LoopSinkObject *)s;
+#endif
+}
 
 /* The worker's wake-up for a loop: runs with the sink's lock held. */
 static void loop_sink_wake(hwt_sink *s)
@@ -67,8 +94,8 @@ static void sink_close(LoopSinkObject *self)
 void hwtimer_loop_sinks_close(PyObject *sinks)
 {
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(sinks); i++) {
-        LoopSinkObject *s = (LoopSinkObject *)PyList_GET_ITEM(sinks, i);
-        if (s->closed)
+        LoopSinkObject *s = sink_at(sinks, i);
+        if (!s || s->closed)
             continue;
         Py_INCREF(s); /* closing it and asking its loop run Python */
         sink_close(s);
@@ -84,8 +111,8 @@ bool hwtimer_loop_sink_holds(TimerObject *timer, PyObject *loop)
 {
     bool holds = false;
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(timer->loop_sinks); i++) {
-        LoopSinkObject *s = (LoopSinkObject *)PyList_GET_ITEM(timer->loop_sinks, i);
-        if (s->loop != loop || s->closed)
+        LoopSinkObject *s = sink_at(timer->loop_sinks, i);
+        if (!s || s->loop != loop || s->closed)
             continue;
         pthread_mutex_lock(&s->sink.lock);
         holds = s->sink.head != NULL;
@@ -98,8 +125,8 @@ Py_ssize_t hwtimer_loop_sinks_periodic(TimerObject *timer)
 {
     Py_ssize_t n = 0;
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(timer->loop_sinks); i++) {
-        LoopSinkObject *s = (LoopSinkObject *)PyList_GET_ITEM(timer->loop_sinks, i);
-        if (s->closed)
+        LoopSinkObject *s = sink_at(timer->loop_sinks, i);
+        if (!s || s->closed)
             continue;
         pthread_mutex_lock(&s->sink.lock);
         for (hwt_timeout *to = s->sink.head; to; to = hwt_timeout_of(to->link.next))
@@ -117,8 +144,8 @@ void hwtimer_loop_sinks_stop_periodic(TimerObject *timer, PyObject *list)
        RUNNING_RESET), off the wheel, so stop()'s sweep missed it.  Nothing
        here runs Python, so the lists stay as they are meanwhile. */
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(timer->loop_sinks); i++) {
-        LoopSinkObject *s = (LoopSinkObject *)PyList_GET_ITEM(timer->loop_sinks, i);
-        for (LoopTimeoutObject *to = s->timeouts; to; to = to->sink_next) {
+        LoopSinkObject *s = sink_at(timer->loop_sinks, i);
+        for (LoopTimeoutObject *to = s ? s->timeouts : NULL; to; to = to->sink_next) {
             uint32_t state = atomic_load(&to->base.node.state);
             if (to->period != 0 && (state == HWT_RUNNING || state == HWT_RUNNING_RESET))
                 hwtimer_stop_delivered(&to->base, list);
@@ -225,18 +252,19 @@ static PyMethodDef reader_gone_def = {"_reader_gone", (PyCFunction)sink_reader_g
 
 /* ---- finding or making the sink for a loop ---- */
 
-/* Removes the closed sinks from the list `sinks`, in place.  Returns 0
-   or -1. */
+/* Removes the closed and gone sinks from the list `sinks`, in place.
+   Returns 0 or -1. */
 static int drop_closed(PyObject *sinks)
 {
     Py_ssize_t i = 0;
     while (i < PyList_GET_SIZE(sinks)) {
-        if (!((LoopSinkObject *)PyList_GET_ITEM(sinks, i))->closed) {
+        LoopSinkObject *s = sink_at(sinks, i);
+        if (s && !s->closed) {
             i++;
             continue;
         }
-        /* a sink is freed by the cyclic GC only (its weakref's callback
-           holds it), so this runs no Python */
+        /* what goes is a weak reference with no callback: this runs no
+           Python */
         if (PyList_SetSlice(sinks, i, i + 1, NULL) < 0)
             return -1;
     }
@@ -252,7 +280,12 @@ static int purge(TimerObject *timer)
 {
     PyObject *sinks = timer->loop_sinks;
     Py_INCREF(sinks);
-    PyObject *held = PyList_GetSlice(sinks, 0, PyList_GET_SIZE(sinks));
+    PyObject *held = PyList_New(0);
+    for (Py_ssize_t i = 0; held && i < PyList_GET_SIZE(sinks); i++) {
+        LoopSinkObject *s = sink_at(sinks, i);
+        if (s && PyList_Append(held, (PyObject *)s) < 0)
+            Py_CLEAR(held);
+    }
     if (!held) {
         Py_DECREF(sinks);
         return -1;
@@ -437,9 +470,9 @@ static LoopSinkObject *find_sink(TimerObject *timer, PyObject *loop)
 {
     PyObject *sinks = timer->loop_sinks;
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(sinks); i++) {
-        LoopSinkObject *s = (LoopSinkObject *)PyList_GET_ITEM(sinks, i);
+        LoopSinkObject *s = sink_at(sinks, i);
         /* a collected loop's sink was closed before its address was free */
-        if (s->loop == loop && !s->closed)
+        if (s && s->loop == loop && !s->closed)
             return s;
     }
     return NULL;
@@ -466,6 +499,8 @@ static LoopSinkObject *sink_new(TimerObject *timer, PyObject *loop)
         return NULL;
     s->loop_ref = NULL;
     s->reader_ref = NULL;
+    s->weakreflist = NULL;
+    s->all_prev = s->all_next = NULL;
     s->loop = NULL;
     s->timeouts = NULL;
     s->owns_loop = false;
@@ -483,6 +518,11 @@ static LoopSinkObject *sink_new(TimerObject *timer, PyObject *loop)
         return NULL;
     }
     hwt_timer_incref(timer->core); /* the sink lives on the core's list */
+    hwtimer_state *st = timer->module_state;
+    s->all_next = st->all_loop_sinks;
+    if (st->all_loop_sinks)
+        st->all_loop_sinks->all_prev = s;
+    st->all_loop_sinks = s;
     s->closed = false;
     PyObject_GC_Track(s);
     PyObject *callback = PyCFunction_New(&loop_gone_def, (PyObject *)s);
@@ -534,8 +574,10 @@ LoopSinkObject *hwtimer_loop_sink_for(TimerObject *timer, PyObject *loop)
         return s;
     }
     /* listed before registering, which runs Python */
-    if (PyList_Append(timer->loop_sinks, (PyObject *)made) < 0 ||
-        register_with_loop(timer->module_state, made, loop) < 0) {
+    PyObject *listed = PyWeakref_NewRef((PyObject *)made, NULL);
+    int appended = listed ? PyList_Append(timer->loop_sinks, listed) : -1;
+    Py_XDECREF(listed);
+    if (appended < 0 || register_with_loop(timer->module_state, made, loop) < 0) {
         sink_close(made);
         close_fd(made);
         PyObject *type, *value, *tb;
@@ -551,6 +593,22 @@ LoopSinkObject *hwtimer_loop_sink_for(TimerObject *timer, PyObject *loop)
 
 /* ---- GC and deallocation ---- */
 
+void hwtimer_loop_sinks_track_delivered(hwtimer_state *st)
+{
+    /* Tracking runs no Python: the chain of sinks stays as it is. */
+    for (LoopSinkObject *s = st->all_loop_sinks; s; s = s->all_next) {
+        if (!s->sink.timer)
+            continue;
+        pthread_mutex_lock(&s->sink.lock);
+        for (hwt_timeout *node = s->sink.head; node; node = hwt_timeout_of(node->link.next)) {
+            PyObject *to = (PyObject *)TIMEOUT_OF(node);
+            if (!PyObject_GC_IsTracked(to))
+                PyObject_GC_Track(to);
+        }
+        pthread_mutex_unlock(&s->sink.lock);
+    }
+}
+
 static int sink_traverse(LoopSinkObject *self, visitproc visit, void *arg)
 {
     Py_VISIT(Py_TYPE(self));
@@ -558,11 +616,28 @@ static int sink_traverse(LoopSinkObject *self, visitproc visit, void *arg)
     Py_VISIT(self->reader_ref);
     if (self->owns_loop)
         Py_VISIT(self->loop);
-    return 0;
+    /* The timeouts delivered here and not yet taken by _run() are the
+       sink's, as a loop's ready handles are the loop's: they often hold
+       the loop, which holds the sink.  The collection's start tracked them
+       (hwtimer_loop_sinks_track_delivered); the worker only adds to the
+       chain meanwhile, and what it adds, untracked, is seen as held from
+       outside. */
+    int r = 0;
+    if (self->sink.timer) {
+        pthread_mutex_lock(&self->sink.lock);
+        for (hwt_timeout *node = self->sink.head; node && !r;
+             node = hwt_timeout_of(node->link.next))
+            r = visit((PyObject *)TIMEOUT_OF(node), arg);
+        pthread_mutex_unlock(&self->sink.lock);
+    }
+    return r;
 }
 
 static int sink_clear(LoopSinkObject *self)
 {
+    /* releases the delivered timeouts, which traverse showed */
+    if (self->sink.timer)
+        sink_close(self);
     Py_CLEAR(self->loop_ref);
     Py_CLEAR(self->reader_ref);
     if (self->owns_loop) {
@@ -577,6 +652,15 @@ static void sink_dealloc(LoopSinkObject *self)
 {
     PyTypeObject *tp = Py_TYPE(self);
     PyObject_GC_UnTrack(self);
+    if (self->weakreflist)
+        PyObject_ClearWeakRefs((PyObject *)self);
+    hwtimer_state *st = hwtimer_state_of_type(tp);
+    if (self->all_prev)
+        self->all_prev->all_next = self->all_next;
+    else if (st->all_loop_sinks == self)
+        st->all_loop_sinks = self->all_next;
+    if (self->all_next)
+        self->all_next->all_prev = self->all_prev;
     sink_clear(self);
     if (self->sink.timer) {
         sink_close(self);
@@ -597,10 +681,16 @@ static PyMethodDef sink_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+static PyMemberDef sink_members[] = {
+    {"__weaklistoffset__", T_PYSSIZET, offsetof(LoopSinkObject, weakreflist), READONLY, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
 static PyType_Slot sink_slots[] = {
     {Py_tp_new, hwtimer_new_refused}, {Py_tp_dealloc, sink_dealloc},
     {Py_tp_traverse, sink_traverse},  {Py_tp_clear, sink_clear},
-    {Py_tp_methods, sink_methods},    {0, NULL},
+    {Py_tp_methods, sink_methods},    {Py_tp_members, sink_members},
+    {0, NULL},
 };
 
 PyType_Spec hwtimer_loop_sink_spec = {

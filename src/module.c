@@ -125,12 +125,14 @@ static PyObject *stop_all(PyObject *module, PyObject *unused)
 }
 
 /* gc.callbacks' hook: a Timeout that its cancel() left untracked joins
-   the collection that starts (timeout.c says why it waits). */
+   the collection that starts (timeout.c says why it waits), and so do
+   those delivered to a loop that has not run them (loopsink.c). */
 static PyObject *gc_hook(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)args;
     (void)nargs;
     hwtimer_track_taken_back(state_of_module(module));
+    hwtimer_loop_sinks_track_delivered(state_of_module(module));
     Py_RETURN_NONE;
 }
 
@@ -274,6 +276,7 @@ static int module_clear(PyObject *module)
     }
     st->nfree = 0;
     st->untracked_held = NULL;
+    st->all_loop_sinks = NULL;
 #define CLEAR_FIELD(type, name) Py_CLEAR(st->name);
     HWTIMER_STATE_REFS(CLEAR_FIELD)
 #undef CLEAR_FIELD

@@ -1164,7 +1164,8 @@ static int timer_traverse(TimerObject *self, visitproc visit, void *arg)
 {
     Py_VISIT(Py_TYPE(self));
     Py_VISIT(self->executor);
-    Py_VISIT(self->loop_sinks);
+    /* not loop_sinks: it holds weak references only, which a collection
+       of the timer must find uncleared, to close the sinks they refer to */
     Py_VISIT(self->stopped_periodic);
     Py_VISIT(self->submitted);
     return hwtimer_handed_out_traverse(self, visit, arg);

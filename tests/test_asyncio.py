@@ -22,6 +22,7 @@ import math
 import sys
 import threading
 import time
+import warnings
 import weakref
 from collections.abc import Awaitable, Coroutine, Iterator
 from datetime import timedelta
@@ -517,6 +518,47 @@ def test_closed_loop_never_runs_callbacks(new_loop: Any) -> None:
     del loop
     _wait_released(watch, "the callbacks' arguments")
     assert called == []
+
+
+@pytest.mark.parametrize("what", ["call_later", "sleep", "timeout"])
+def test_a_loop_left_unclosed_is_collected_with_the_deadlines_it_got(
+    own_timer: hwtimer.HashedWheelTimer, what: str
+) -> None:
+    # A loop whose thread ends without closing it is collected as asyncio
+    # collects it, also when deadlines that hold it fell due there after
+    # its last run: delivered, they are its own, as its ready handles are.
+    # (uvloop never collects a loop left unclosed, whatever it holds.)
+    def abandon() -> weakref.ref[asyncio.AbstractEventLoop]:
+        loop = asyncio.new_event_loop()
+
+        async def schedule() -> None:
+            if what == "call_later":
+                own_timer.call_later(0.01, print, loop)
+            elif what == "sleep":
+                asyncio.ensure_future(hwtimer.sleep(0.01, timer=own_timer))
+            else:
+
+                async def scope() -> None:
+                    async with hwtimer.timeout(0.01, timer=own_timer):
+                        await asyncio.sleep(SOON)
+
+                asyncio.ensure_future(scope())
+            await asyncio.sleep(0)
+
+        loop.run_until_complete(schedule())
+        return weakref.ref(loop)
+
+    done: list[weakref.ref[asyncio.AbstractEventLoop]] = []
+    thread = threading.Thread(target=lambda: done.append(abandon()))
+    thread.start()
+    thread.join()
+    deadline = time.monotonic() + SOON
+    while own_timer.pending_timeouts():
+        assert time.monotonic() < deadline, "the deadline never fell due"
+        time.sleep(0.02)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)  # unclosed loop
+        _wait_released(done[0], "the unclosed loop")
 
 
 @pytest.mark.parametrize("kind", LOOP_KINDS)
