@@ -347,6 +347,11 @@ typedef struct DispatchObject {
     /* borrowed: while this dispatch thread waits in a stop() of another
        timer, that timer's dispatcher, to find stops that wait in a cycle */
     struct DispatchObject *waits_for;
+    /* What its thread was handed and has yet to finish, read only in a
+       child of fork(), where that thread did not come along: held[0] the
+       timeout whose run is going on (its reference not yet dropped),
+       held[1] the rest of the batch, chained by link.next. */
+    hwt_timeout *held[2];
 } DispatchObject;
 
 #define TIMEOUT_OF(n) ((TimeoutObject *)((char *)(n)-offsetof(TimeoutObject, node)))
@@ -602,9 +607,11 @@ int hwtimer_run_submitted(TimerObject *timer, TimeoutObject *to);
 /* Runs a batch taken from the default sink: each expired new_timeout()
    task in turn, on this thread (or its executor); releases the rest.
    With `parents_only`, a task that forks ends the batch in the child,
-   whose tasks stay the parent's to run.  Returns how many runs of
-   periodic timeouts it began here. */
-uint64_t hwtimer_run_batch(hwt_sink *default_sink, hwt_timeout *node, bool parents_only);
+   whose tasks stay the parent's to run.  `held` (the dispatch thread's,
+   else NULL) is kept pointing at what it has yet to finish.  Returns how
+   many runs of periodic timeouts it began here. */
+uint64_t hwtimer_run_batch(hwt_sink *default_sink, hwt_timeout *node, bool parents_only,
+                           hwt_timeout **held);
 /* For the stop() that returns its list: cancels a delivered periodic
    timeout whose run has not ended (it will not run again) and appends it
    to `list` (NULL: only cancels); one that ended already is left alone. */
@@ -612,6 +619,12 @@ void hwtimer_stop_delivered(TimeoutObject *to, PyObject *list);
 /* hwtimer_stop_delivered() of each periodic timeout handed to the
    executor. */
 void hwtimer_stop_handed_out(TimerObject *timer, PyObject *list);
+/* In a child of fork(), for stop(): cancels each periodic timeout of
+   `node` (with `chain`, of the chain it starts), of `timer`'s default
+   sink, whose run had not ended in the parent, and adds it to the list
+   stop() returns; the child never runs nor re-arms it.  Takes no
+   reference. */
+void hwtimer_stop_unrun(TimerObject *timer, hwt_timeout *node, bool chain);
 /* The GC's view of a timer's handed_out list, and its release. */
 int hwtimer_handed_out_traverse(TimerObject *timer, visitproc visit, void *arg);
 void hwtimer_handed_out_clear(TimerObject *timer);

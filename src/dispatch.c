@@ -61,12 +61,14 @@ static PyObject *dispatch_run(DispatchObject *self, PyObject *unused)
         do
             batch = hwt_sink_wait(default_sink, &finished);
         while (!batch && !finished && !hwt_timer_has_released(self->core));
+        self->held[1] = batch; /* a fork() while this waits for the GIL */
         Py_END_ALLOW_THREADS
         /* what producers did not take in passing */
         hwtimer_release_chain(hwt_timer_take_released(self->core));
         if (finished)
             break;
-        hwtimer_run_batch(default_sink, batch, true);
+        hwtimer_run_batch(default_sink, batch, true, self->held);
+        self->held[0] = self->held[1] = NULL;
         if (self->pid != getpid())
             break; /* a task forked: the timer's worker is the parent's */
     }
@@ -154,6 +156,7 @@ DispatchObject *hwtimer_dispatch_new(TimerObject *timer)
     d->abandoned = false;
     d->pid = getpid();
     d->waits_for = NULL;
+    d->held[0] = d->held[1] = NULL;
     d->name = PyUnicode_FromFormat("%U-dispatch", timer->name);
     int err = pthread_mutex_init(&d->lock, NULL);
     /* on the monotonic clock: stop() waits in slices to handle signals */

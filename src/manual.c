@@ -60,7 +60,7 @@ static int64_t step(TimerObject *self, int64_t now, ran_count *ran)
     ran->periodic += handed > 0 ? (uint64_t)handed : 0;
     hwt_timeout *batch = hwt_sink_take(default_sink);
     if (batch) {
-        ran->periodic += hwtimer_run_batch(default_sink, batch, false);
+        ran->periodic += hwtimer_run_batch(default_sink, batch, false, NULL);
         next = hwt_timer_advance(self->core, now); /* nothing is due: it transfers */
     }
     hwtimer_release_chain(hwt_timer_take_released(self->core));

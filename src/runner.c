@@ -264,6 +264,17 @@ int hwtimer_handed_out_traverse(TimerObject *timer, visitproc visit, void *arg)
     return 0;
 }
 
+void hwtimer_stop_unrun(TimerObject *timer, hwt_timeout *node, bool chain)
+{
+    hwt_sink *default_sink = hwt_timer_default_sink(timer->core);
+    for (; node; node = chain ? hwt_timeout_of(node->link.next) : NULL) {
+        /* a cancel that fails: ended, or re-armed and returned by stop() */
+        if (node->sink == default_sink && hwt_timeout_periodic(node) &&
+            hwt_timeout_cancel(node) == HWT_OK)
+            keep_for_stop(timer, TIMEOUT_OF(node));
+    }
+}
+
 void hwtimer_handed_out_clear(TimerObject *timer)
 {
     while (timer->handed_out) {
@@ -438,7 +449,8 @@ static inline void prefetch_after(hwt_timeout *next)
     }
 }
 
-uint64_t hwtimer_run_batch(hwt_sink *default_sink, hwt_timeout *node, bool parents_only)
+uint64_t hwtimer_run_batch(hwt_sink *default_sink, hwt_timeout *node, bool parents_only,
+                           hwt_timeout **held)
 {
     const unsigned forks = hwtimer_forks;
     hwtimer_batch batch = HWTIMER_BATCH_INIT;
@@ -447,6 +459,10 @@ uint64_t hwtimer_run_batch(hwt_sink *default_sink, hwt_timeout *node, bool paren
         hwt_timeout *next = hwt_timeout_of(node->link.next);
         prefetch_after(next);
         TimeoutObject *to = TIMEOUT_OF(node);
+        if (held) {
+            held[0] = node;
+            held[1] = next;
+        }
         /* only delivered new_timeout() and new_periodic() timeouts come
            here: cancelled ones and call_later() ones are released elsewhere */
         if (node->sink == default_sink &&
@@ -463,9 +479,13 @@ uint64_t hwtimer_run_batch(hwt_sink *default_sink, hwt_timeout *node, bool paren
             }
         }
         hwtimer_timeout_track_if_held(to);
+        if (held)
+            held[0] = NULL; /* the reference it stood for goes */
         Py_DECREF(to); /* the wheel's reference: may free the timer too */
         node = next;
         if (parents_only && hwtimer_forks != forks) {
+            if (held)
+                held[1] = NULL;
             hwtimer_release_chain(node); /* the child of a task's fork(): unrun */
             break;
         }

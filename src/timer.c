@@ -217,7 +217,7 @@ static void keep_left(TimerObject *self)
 static void run_expired_here(TimerObject *self)
 {
     hwt_sink *default_sink = hwt_timer_default_sink(self->core);
-    hwtimer_run_batch(default_sink, hwt_sink_take(default_sink), false);
+    hwtimer_run_batch(default_sink, hwt_sink_take(default_sink), false, NULL);
 }
 
 /* stop() of a manual timer: waits for an advance() in another thread, then
@@ -355,8 +355,16 @@ static PyObject *stop_and_wait(TimerObject *self, DispatchObject *d)
         return NULL;
     }
     hwtimer_timer_unlist_stopping(self);
-    if (d->pid != getpid()) /* a fork child: no dispatch thread came along to run these */
-        hwtimer_release_chain(hwt_sink_take(hwt_timer_default_sink(self->core)));
+    if (d->pid != getpid()) { /* a fork child: no dispatch thread came along to run these */
+        /* the periodic ones still pending: what the parent's dispatch
+           thread held, and what waited for it */
+        hwtimer_stop_unrun(self, d->held[0], false);
+        hwtimer_stop_unrun(self, d->held[1], true);
+        d->held[0] = d->held[1] = NULL;
+        hwt_timeout *waiting = hwt_sink_take(hwt_timer_default_sink(self->core));
+        hwtimer_stop_unrun(self, waiting, true);
+        hwtimer_release_chain(waiting);
+    }
     else if (d->abandoned) /* its start() failed: they run here, as no dispatch thread will */
         run_expired_here(self);
     hwtimer_release_chain(hwt_timer_take_released(self->core));

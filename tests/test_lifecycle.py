@@ -593,6 +593,52 @@ def test_forked_child_cannot_reset_an_inherited_timeout() -> None:
     assert_runs_clean(code)
 
 
+def test_forked_child_stop_returns_periodic_timeouts_held_by_dispatch() -> None:
+    """A periodic timeout that the parent's dispatch thread held at fork()
+    (its task running, or due and waiting behind a slow task) is pending in
+    the child too: the child's stop() returns it cancelled, and nothing is
+    left pending."""
+    code = (
+        FORK_PRELUDE
+        + """
+    def in_child(timer, periodic):
+        pid = os.fork()
+        if pid == 0:
+            with reported():
+                check(timer.pending_timeouts() == 1, "the periodic is not pending")
+                left = timer.stop()
+                check([id(t) for t in left] == [id(periodic)],
+                      "stop() did not return the periodic timeout")
+                check(periodic.is_cancelled(), "stop() did not cancel it")
+                check(timer.pending_timeouts() == 0, "still pending after stop()")
+                check(timer.stats()["pending"] == 0, "stats() still count it pending")
+            sys.stderr.flush()
+            os._exit(child_status())
+        assert wait_child(pid) == 0
+
+    # its own task runs in the parent's dispatch thread
+    timer = hwtimer.HashedWheelTimer(0.001)
+    running = threading.Event()
+    periodic = timer.new_periodic(lambda t: (running.set(), time.sleep(0.3)), 0.01)
+    assert running.wait(10)
+    in_child(timer, periodic)
+    assert [id(t) for t in timer.stop()] == [id(periodic)]
+
+    # due and handed over, waiting behind a slow task
+    timer = hwtimer.HashedWheelTimer(0.001)
+    running = threading.Event()
+    timer.new_timeout(lambda t: (running.set(), time.sleep(0.5)), 0)
+    assert running.wait(10)
+    periodic = timer.new_periodic(lambda t: None, 0.01)
+    time.sleep(0.1)
+    in_child(timer, periodic)
+    assert [id(t) for t in timer.stop()] == [id(periodic)]
+    print("ok", flush=True)
+"""
+    )
+    assert_runs_clean(code)
+
+
 def test_parents_default_timer_dropped_in_child_does_not_warn() -> None:
     """default_timer() is made anew in a child of fork(): the parent's,
     which the library itself lets go of there, is not an unstopped timer
