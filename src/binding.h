@@ -197,8 +197,9 @@ struct TimerObject {
     PyObject *dispatcher; /* owned DispatchObject, NULL until started */
     /* owned list of weak references to LoopSinkObject: the loop keeps its
        sink alive (its reader, or the call that registers it, or the
-       posting thread), as do the sink's timeouts, never the timer, so that
-       a loop left unclosed is collected with what was delivered to it */
+       posting thread while nothing delivered waits to be posted), as do
+       the sink's timeouts, never the timer, so that a loop left unclosed
+       is collected with what was delivered to it */
     PyObject *loop_sinks;
     PyObject *name;       /* owned str: the worker thread's name */
     PyObject *weakreflist;
@@ -312,10 +313,13 @@ struct LoopTimeoutObject {
 struct LoopSinkObject {
     PyObject_HEAD
     hwt_sink sink;      /* sink.owner: the TimerObject, borrowed;
-                           sink.wake_fd: wakefd.write_fd */
-    hwt_wakefd wakefd;  /* owned; by the posting thread while it runs */
+                           sink.wake_fd: the wake fd's write end */
+    hwt_wakefd wakefd;  /* owned, until a posting thread takes it */
     bool posting;       /* add_reader is not implemented: batches are posted */
-    bool poster_alive;  /* the posting thread waits on wakefd */
+    /* owned capsule of `post`, or NULL: what the posting thread runs on,
+       which owns the wake fd from then on (loopsink.c) */
+    PyObject *poster;
+    struct LoopPoster *post; /* borrowed from `poster` */
     PyObject *loop_ref; /* owned weakref to the loop, or NULL */
     /* owned weakref to the reader the loop watches the wake fd with, or
        NULL: a loop lets go of it when it is closed */

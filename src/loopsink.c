@@ -8,24 +8,24 @@
  * descriptor (add_reader raises NotImplementedError, as Windows' Proactor
  * loop and some custom loops do) is served by a posting thread instead:
  * it waits on the fd and hands each batch over with one
- * call_soon_threadsafe.  When the loop goes away (closed, which drops the
- * wake fd's reader; collected; or found closed) the sink is closed: what
- * it held is released, the timeouts it still has on the wheel are
- * cancelled, and any that expire meanwhile are released, not run.
+ * call_soon_threadsafe.  The thread holds the sink only while nothing
+ * delivered to it waits to be posted: a loop left unclosed is collected
+ * with what was handed to it, as one that watches the fd is.  When the
+ * loop goes away (closed, which drops the wake fd's reader; collected; or
+ * found closed) the sink is closed: what it held is released, the
+ * timeouts it still has on the wheel are cancelled, and any that expire
+ * meanwhile are released, not run.
  */
 #include "binding.h"
 
 #include <errno.h>
 #include <structmember.h>
 
-/* The sink that entry `i` of a timer's list refers to (borrowed), or NULL
-   once it has gone.  Used before anything that can run Python, or held. */
-static LoopSinkObject *sink_at(PyObject *sinks, Py_ssize_t i)
+/* The sink the weak reference `ref` refers to (a new reference), or NULL
+   once it has gone. */
+static LoopSinkObject *sink_of_ref(PyObject *ref)
 {
-    PyObject *ref = PyList_GET_ITEM(sinks, i);
 #if defined(Py_LIMITED_API) || PY_VERSION_HEX >= 0x030D0000
-    /* a new reference, to an object that has others: the weak reference
-       gave it, so it is alive, and letting go of ours leaves it so */
     PyObject *s = NULL;
 #ifdef Py_LIMITED_API
     s = PyObject_CallNoArgs(ref);
@@ -36,12 +36,66 @@ static LoopSinkObject *sink_at(PyObject *sinks, Py_ssize_t i)
         PyErr_Clear(); /* calling a weak reference does not fail */
         return NULL;
     }
-    Py_DECREF(s);
-    return s == Py_None ? NULL : (LoopSinkObject *)s;
 #else
     PyObject *s = PyWeakref_GetObject(ref);
-    return s == Py_None ? NULL : (LoopSinkObject *)s;
+    Py_INCREF(s);
 #endif
+    if (s == Py_None) {
+        Py_DECREF(s);
+        return NULL;
+    }
+    return (LoopSinkObject *)s;
+}
+
+/* The sink that entry `i` of a timer's list refers to (borrowed), or NULL
+   once it has gone.  Used before anything that can run Python, or held. */
+static LoopSinkObject *sink_at(PyObject *sinks, Py_ssize_t i)
+{
+    LoopSinkObject *s = sink_of_ref(PyList_GET_ITEM(sinks, i));
+    /* an object that has other references: the weak reference gave it, so
+       it is alive, and letting go of ours leaves it so */
+    Py_XDECREF(s);
+    return s;
+}
+
+/* What the posting thread runs on (its target is bound to its capsule),
+   so that it never holds the sink while the sink holds what was delivered
+   to it, which may hold the loop.  The sink holds it, to wake the thread.
+   All of it is used with the GIL held. */
+typedef struct LoopPoster {
+    /* owned: the sink's, taken over when the thread was made; closed when
+       both the thread and the sink have let go, so the thread never polls
+       a closed (maybe reused) descriptor */
+    hwt_wakefd wakefd;
+    PyObject *sink_ref; /* owned weak reference to the sink */
+    /* owned, or NULL: the sink, held for its loop (which holds a reader
+       of a sink that watches the fd) while nothing delivered to it waits
+       to be posted.  Let go of before each post, which the loop holds
+       until it runs it; _run() gives it back once it has taken the whole
+       batch.  A loop left unclosed then holds the sink only from within:
+       it is collected with what was delivered to it. */
+    PyObject *held;
+    bool done; /* the thread has ended (or never will start) */
+} LoopPoster;
+
+static const char poster_name[] = "hwtimer._loop_poster";
+
+/* The sink's _run() took a whole batch: the posting thread holds the
+   sink again, until it posts the next one.  Not if a timeout was
+   delivered since the take: the worker woke the thread for it, which posts
+   (or has posted) _run() again, and the loop holds the sink till then. */
+static void held_by_poster(LoopSinkObject *self)
+{
+    LoopPoster *p = self->post;
+    if (!p || p->done || p->held || self->closed)
+        return;
+    pthread_mutex_lock(&self->sink.lock);
+    bool empty = self->sink.head == NULL;
+    pthread_mutex_unlock(&self->sink.lock);
+    if (empty) {
+        Py_INCREF(self);
+        p->held = (PyObject *)self;
+    }
 }
 
 /* The worker's wake-up for a loop: runs with the sink's lock held. */
@@ -60,13 +114,14 @@ static bool loop_is_open(LoopSinkObject *self)
     return open;
 }
 
-/* Closes the wake fd; while the posting thread waits on it, wakes that
-   thread instead, which closes it once it sees the sink closed (it must
-   never poll a closed, maybe reused, descriptor). */
+/* Closes the wake fd; once a posting thread has it, wakes that thread
+   instead, which ends once it sees the sink closed or gone (the fd is
+   closed when both have let go of the poster). */
 static void close_fd(LoopSinkObject *self)
 {
-    if (self->poster_alive) {
-        hwt_wakefd_signal(self->wakefd.write_fd);
+    if (self->post) {
+        /* the poster owns it: it outlives the sink or the thread */
+        hwt_wakefd_signal(self->post->wakefd.write_fd);
         return;
     }
     hwt_wakefd_close(&self->wakefd);
@@ -214,10 +269,13 @@ static PyObject *sink_run(LoopSinkObject *self, PyObject *unused)
             hwt_sink_put_back(&self->sink, next);
             if (next)
                 run_again(self);
+            else
+                held_by_poster(self);
             return NULL;
         }
         node = next;
     }
+    held_by_poster(self);
     Py_RETURN_NONE;
 }
 
@@ -314,46 +372,101 @@ static bool sink_finished(LoopSinkObject *self)
     return finished;
 }
 
-/* _post(): the posting thread's body.  Waits on the wake fd with the GIL
-   released and, for each wake-up (a batch that found the sink empty),
-   posts _run() to the loop with one call_soon_threadsafe; until the sink
-   is closed, or the timer has stopped and its last batch is posted. */
-static PyObject *sink_post(LoopSinkObject *self, PyObject *unused)
+/* The posting thread's body, bound to the poster's capsule.  Waits on
+   the wake fd with the GIL released and, for each wake-up (a batch that
+   found the sink empty), posts the sink's _run() to the loop with one
+   call_soon_threadsafe; until the sink is closed or gone, or the timer has
+   stopped and its last batch is posted. */
+static PyObject *sink_post(PyObject *capsule, PyObject *unused)
 {
     (void)unused;
-    int fd = self->wakefd.read_fd, err = 0;
-    PyObject *run = PyObject_GetAttrString((PyObject *)self, "_run");
-    while (run && !self->closed) {
+    LoopPoster *p = PyCapsule_GetPointer(capsule, poster_name);
+    if (!p)
+        return NULL;
+    int fd = p->wakefd.read_fd, err = 0;
+    PyObject *type = NULL, *value = NULL, *tb = NULL; /* an error of its own */
+    for (;;) {
         Py_BEGIN_ALLOW_THREADS
         err = hwt_wakefd_wait(fd);
         Py_END_ALLOW_THREADS
-        if (err || self->closed)
+        if (err)
             break;
-        bool finished = sink_finished(self);
-        PyObject *loop = hwtimer_sink_loop(self);
-        PyObject *r = loop ? PyObject_CallMethod(loop, "call_soon_threadsafe", "O", run) : NULL;
-        Py_XDECREF(loop);
-        if (!r) {
-            PyErr_Clear(); /* the loop is closed or gone: nobody will run them */
+        LoopSinkObject *s = sink_of_ref(p->sink_ref);
+        if (!s || s->closed) {
+            Py_XDECREF(s);
             break;
         }
-        Py_DECREF(r);
-        if (finished)
+        bool finished = sink_finished(s);
+        /* From here the loop holds the sink, through the posted _run(),
+           until it runs it.  Let go of before posting, which runs Python:
+           the loop's thread may run _run() meanwhile, which holds the sink
+           for this thread again. */
+        Py_CLEAR(p->held);
+        PyObject *run = PyObject_GetAttrString((PyObject *)s, "_run");
+        PyObject *loop = run ? hwtimer_sink_loop(s) : NULL;
+        PyObject *r = loop ? PyObject_CallMethod(loop, "call_soon_threadsafe", "O", run) : NULL;
+        if (!run)
+            PyErr_Fetch(&type, &value, &tb);
+        else if (!r)
+            PyErr_Clear(); /* the loop is closed or gone: nobody will run them */
+        Py_XDECREF(loop);
+        Py_XDECREF(r);
+        Py_XDECREF(run);
+        Py_DECREF(s);
+        if (!r || finished)
             break;
     }
-    Py_XDECREF(run);
-    self->poster_alive = false;
-    if (err || !sink_finished(self))
-        sink_close(self); /* nothing watches it any more */
-    if (self->closed)
-        close_fd(self);
+    p->done = true;
+    Py_CLEAR(p->held);
+    LoopSinkObject *s = sink_of_ref(p->sink_ref);
+    if (s && (err || type || !sink_finished(s)))
+        sink_close(s); /* nothing watches it any more */
+    Py_XDECREF(s);
     if (err) {
         hwtimer_core_error(NULL, err, "wait on the wake fd");
         return NULL;
     }
-    if (!run)
+    if (type) {
+        PyErr_Restore(type, value, tb);
         return NULL;
+    }
     Py_RETURN_NONE;
+}
+
+static PyMethodDef post_def = {"_post", (PyCFunction)sink_post, METH_NOARGS,
+                               "Posts batches to a loop that has no readers."};
+
+static void poster_free(PyObject *capsule)
+{
+    LoopPoster *p = PyCapsule_GetPointer(capsule, poster_name);
+    if (!p)
+        return;
+    hwt_wakefd_close(&p->wakefd);
+    Py_XDECREF(p->sink_ref);
+    Py_XDECREF(p->held); /* NULL: a sink outlives its poster */
+    PyMem_Free(p);
+}
+
+/* Returns a new poster's capsule for `self`, which does not own the wake
+   fd yet, or NULL. */
+static PyObject *poster_new(LoopSinkObject *self)
+{
+    LoopPoster *p = PyMem_Calloc(1, sizeof(LoopPoster));
+    if (!p) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    p->wakefd.read_fd = p->wakefd.write_fd = -1;
+    p->done = true; /* until the thread is started */
+    PyObject *capsule = PyCapsule_New(p, poster_name, poster_free);
+    if (!capsule) {
+        PyMem_Free(p);
+        return NULL;
+    }
+    p->sink_ref = PyWeakref_NewRef((PyObject *)self, NULL);
+    if (!p->sink_ref)
+        Py_CLEAR(capsule);
+    return capsule;
 }
 
 /* Starts the posting thread.  Returns 0, or -1 with an exception. */
@@ -365,21 +478,43 @@ static int start_poster(LoopSinkObject *self)
        (and close the sink; _post() then ends at once). */
     TimerObject *timer = self->sink.owner;
     PyObject *name = PyUnicode_FromFormat("%U-post", timer->name);
-    PyObject *target = name ? PyObject_GetAttrString((PyObject *)self, "_post") : NULL;
-    PyObject *kwargs = target && name ? Py_BuildValue("{s:O,s:O,s:O}", "target", target, "name",
-                                                      name, "daemon", Py_True)
-                                      : NULL;
+    PyObject *capsule = name ? poster_new(self) : NULL;
+    PyObject *target = capsule ? PyCFunction_New(&post_def, capsule) : NULL;
+    PyObject *kwargs =
+        target ? Py_BuildValue("{s:O,s:O,s:O}", "target", target, "name", name, "daemon", Py_True)
+               : NULL;
     PyObject *thread = kwargs ? PyObject_Call(st->thread_type, st->empty_tuple, kwargs) : NULL;
-    self->posting = self->poster_alive = thread != NULL;
+    if (thread) {
+        /* the poster owns the wake fd from now on: the thread's, if it
+           runs, else the sink's dealloc lets go of the last reference */
+        LoopPoster *p = PyCapsule_GetPointer(capsule, poster_name);
+        p->wakefd = self->wakefd;
+        self->wakefd.read_fd = self->wakefd.write_fd = -1;
+        self->poster = capsule;
+        Py_INCREF(capsule);
+        self->post = p;
+        self->posting = true;
+        p->done = false;
+        Py_INCREF(self);
+        p->held = (PyObject *)self;
+    }
     /* start() can raise with the thread made (an exception while it waits
-       for the thread to start): poster_alive stays set, so the wake fd is
-       left for _post() to close if it runs, else for the sink's dealloc */
+       for the thread to start): the thread, if it runs, ends at once, as
+       the sink is closed, and lets go of the poster */
     PyObject *r = thread ? PyObject_CallMethod(thread, "start", NULL) : NULL;
+    if (thread && !r) {
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        self->post->done = true;
+        Py_CLEAR(self->post->held); /* the caller holds the sink */
+        PyErr_Restore(type, value, tb);
+    }
     Py_XDECREF(r);
     Py_XDECREF(thread);
     Py_XDECREF(kwargs);
-    Py_XDECREF(name);
     Py_XDECREF(target);
+    Py_XDECREF(capsule);
+    Py_XDECREF(name);
     return r ? 0 : -1;
 }
 
@@ -505,7 +640,9 @@ static LoopSinkObject *sink_new(TimerObject *timer, PyObject *loop)
     s->timeouts = NULL;
     s->owns_loop = false;
     s->closed = true; /* until it is set up */
-    s->posting = s->poster_alive = false;
+    s->posting = false;
+    s->poster = NULL;
+    s->post = NULL;
     s->sink.timer = NULL;
     int err = hwt_wakefd_open(&s->wakefd);
     if (!err)
@@ -664,12 +801,14 @@ static void sink_dealloc(LoopSinkObject *self)
     sink_clear(self);
     if (self->sink.timer) {
         sink_close(self);
-        self->poster_alive = false; /* a running _post() holds the sink */
-        close_fd(self);
+        close_fd(self); /* wakes the posting thread: the sink is gone */
         hwt_timer *core = self->sink.timer;
         hwt_sink_destroy(&self->sink);
         hwt_timer_decref(core);
     }
+    /* after the core let go of the sink, which signalled its fd */
+    self->post = NULL;
+    Py_CLEAR(self->poster);
     HWT_TP_FREE(tp)(self);
     Py_DECREF(tp);
 }
@@ -677,7 +816,6 @@ static void sink_dealloc(LoopSinkObject *self)
 static PyMethodDef sink_methods[] = {
     {"_run", (PyCFunction)sink_run, METH_NOARGS, "Runs the callbacks delivered to this loop."},
     {"_register", (PyCFunction)sink_register, METH_NOARGS, "Starts the loop's watch on the sink."},
-    {"_post", (PyCFunction)sink_post, METH_NOARGS, "Posts batches to a loop that has no readers."},
     {NULL, NULL, 0, NULL},
 };
 

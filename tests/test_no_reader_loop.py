@@ -14,6 +14,7 @@ import asyncio
 import gc
 import threading
 import time
+import warnings
 import weakref
 from typing import Any, Callable
 
@@ -291,3 +292,55 @@ def test_exit_with_callbacks_pending(close: bool) -> None:
         assert proc.returncode == 0, proc.stderr
         assert proc.stdout == "ok\n"
         assert proc.stderr == ""
+
+
+@pytest.mark.parametrize("what", ["call_later", "sleep", "timeout"])
+def test_a_loop_left_unclosed_is_collected_with_the_deadlines_it_got(
+    make_timer: Any, what: str
+) -> None:
+    # As for a loop that watches the wake fd: a loop whose thread ends
+    # without closing it is collected, also when deadlines that hold it
+    # fell due after its last run; its wake fd is closed, and its posting
+    # thread ends.  The thread must not hold what it hands over.
+    timer = make_timer(0.005, 256)
+    gc.collect()  # the sinks of earlier tests
+    before = wake_fds()
+
+    def abandon() -> weakref.ref[asyncio.AbstractEventLoop]:
+        loop = NoReaderLoop()
+
+        async def schedule() -> None:
+            if what == "call_later":
+                timer.call_later(0.01, print, loop)
+            elif what == "sleep":
+                asyncio.ensure_future(hwtimer.sleep(0.01, timer=timer))
+            else:
+
+                async def scope() -> None:
+                    async with hwtimer.timeout(0.01, timer=timer):
+                        await asyncio.sleep(DEADLINE)
+
+                asyncio.ensure_future(scope())
+            await asyncio.sleep(0)
+
+        loop.run_until_complete(schedule())
+        posters.extend(_posters(timer))
+        return weakref.ref(loop)
+
+    done: list[weakref.ref[asyncio.AbstractEventLoop]] = []
+    posters: list[threading.Thread] = []
+    thread = threading.Thread(target=lambda: done.append(abandon()))
+    thread.start()
+    thread.join()
+    assert len(posters) == 1
+    assert wait_for(lambda: timer.pending_timeouts() == 0), "the deadline never fell due"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)  # unclosed loop
+        assert collect_until(done[0]), "the unclosed loop was not collected"
+
+        def no_wake_fd_left() -> bool:
+            gc.collect()
+            return wake_fds() <= before
+
+        assert wait_for(no_wake_fd_left)
+    assert wait_for(lambda: not _posters(timer))
