@@ -114,7 +114,8 @@ def measure_pair(n: int) -> dict:
 
     timer = hwtimer.HashedWheelTimer(0.001, 4096, thread_name=THREAD)
     timer.start()
-    delays = [1 + 59 * random.Random(1).random() for _ in range(1000)]
+    rng = random.Random(1)
+    delays = [1 + 59 * rng.random() for _ in range(1000)]
     new_timeout = timer.new_timeout
     t0 = time.perf_counter_ns()
     for i in range(n):

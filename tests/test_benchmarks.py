@@ -266,3 +266,31 @@ def test_abi3_benchmark_cases_run_on_the_installed_build(tmp_path) -> None:
     for case in ("pair", "burst", "loop burst", "scope"):
         wall, cpu = r[case]
         assert wall > 0 and cpu >= 0, (case, r[case])
+
+
+def test_far_deadlines_pair_spreads_its_delays() -> None:
+    # far_deadlines.measure_pair() on a stand-in timer that notes each
+    # delay: "random delays of 1 to 60 s", not one delay a thousand times
+    code = """if True:
+        import json, sys, types
+        seen = []
+        class Timer:
+            def __init__(self, *args, **kwargs): pass
+            def start(self): pass
+            def stop(self): return []
+            def new_timeout(self, task, delay):
+                seen.append(delay)
+                return types.SimpleNamespace(cancel=lambda: True)
+        sys.modules["hwtimer"] = types.SimpleNamespace(HashedWheelTimer=Timer)
+        import far_deadlines
+        far_deadlines.measure_pair(1000)
+        print(json.dumps([len(seen), len(set(seen)), min(seen), max(seen)]))
+    """
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=BENCHMARKS, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr
+    n, distinct, low, high = json.loads(proc.stdout)
+    assert n == 1000
+    assert distinct > 900, distinct
+    assert 1.0 <= low < 5.0 and 56.0 < high <= 60.0, (low, high)
