@@ -283,6 +283,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", help="also write the figures to this file")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.repeats < 1:
+        parser.error("--repeats must be at least 1: a figure is the median of its rounds")
     if args.worker:
         print(json.dumps(worker(json.loads(args.worker))))
         return 0

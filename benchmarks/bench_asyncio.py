@@ -198,6 +198,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=5, help="runs per figure (median)")
     parser.add_argument("--uvloop", action="store_true", help="run on uvloop")
     args = parser.parse_args(argv)
+    if args.repeat < 1 or min(args.sizes) < 1:
+        parser.error("--repeat and --sizes must be at least 1: a figure is per request")
 
     if args.uvloop:
         import uvloop

@@ -311,6 +311,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--json", help="also write the rows to this file")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.repeats < 1:
+        parser.error("--repeats must be at least 1: a figure is the median of its runs")
     if args.child:
         name, params = json.loads(args.child)
         print(json.dumps(MEASURES[name](*params)))
@@ -322,7 +324,10 @@ def main(argv: list[str] | None = None) -> None:
 
     tmp = tempfile.mkdtemp(prefix="hwtimer-baseline.") if args.baseline_rev else None
     try:
-        baseline = build_revision(args.baseline_rev, tmp) if tmp else args.baseline
+        try:
+            baseline = build_revision(args.baseline_rev, tmp) if tmp else args.baseline
+        except RuntimeError as e:
+            parser.error(f"--baseline-rev {args.baseline_rev}: {e}")
         rows = run_all(baseline, args.quick, args.repeats)
     finally:
         if tmp:

@@ -191,6 +191,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0, help="measuring time per case")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if not 0 < args.seconds < float("inf"):  # NaN included
+        parser.error("--seconds must be a number of seconds > 0")
     if args.child:
         tick, scenario, seconds = json.loads(args.child)
         print(json.dumps(measure(tick, scenario, seconds)))

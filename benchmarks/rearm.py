@@ -311,6 +311,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pending", type=int, nargs="+", help="table 1's levels (the size's)")
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args(argv)
+    if args.repeat < 1:
+        parser.error("--repeat must be at least 1: a figure is the median of its repeats")
+    if args.pending and min(args.pending) < 0:
+        parser.error("--pending takes counts of timeouts, >= 0")
     cfg = dict(SIZES[args.size], repeats=args.repeat)
     if args.pending:
         cfg["pending"] = args.pending

@@ -613,6 +613,8 @@ def main(argv: list[str] | None = None) -> None:
         "--compare", metavar="REF", help="measure git revision REF's build beside the checkout's"
     )
     args = parser.parse_args(argv)
+    if args.repeats < 1:
+        parser.error("--repeats must be at least 1: a figure is the median of its runs")
     args.size = size = "quick" if args.quick else args.size
     names = [n for n in dict.fromkeys(BENCHMARKS + args.module) if not args.only or n in args.only]
     unknown = set(args.only or []) - set(names)

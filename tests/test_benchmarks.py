@@ -294,3 +294,29 @@ def test_far_deadlines_pair_spreads_its_delays() -> None:
     assert n == 1000
     assert distinct > 900, distinct
     assert 1.0 <= low < 5.0 and 56.0 < high <= 60.0, (low, high)
+
+
+@pytest.mark.parametrize(
+    "script, args",
+    [
+        ("run.py", ["--repeats", "0", "--only", "producers"]),
+        ("rearm.py", ["--size", "tiny", "--repeat", "0"]),
+        ("rearm.py", ["--size", "tiny", "--pending", "-5"]),
+        ("bench_asyncio.py", ["--sizes", "0", "--repeat", "1"]),
+        ("bench_asyncio.py", ["--sizes", "100", "--repeat", "0"]),
+        ("abi3.py", ["--repeats", "0", "--size", "tiny"]),
+        ("far_deadlines.py", ["--repeats", "0"]),
+        ("far_deadlines.py", ["--baseline-rev", "no-such-revision"]),
+        ("idle.py", ["--seconds", "0"]),
+        ("idle.py", ["--seconds", "nan"]),
+    ],
+)
+def test_benchmark_scripts_refuse_a_command_line_that_gives_no_figure(
+    script: str, args: list[str]
+) -> None:
+    # each stops with its usage line before measuring anything, not with a
+    # traceback from the statistics of no runs
+    proc = bench(os.path.join(BENCHMARKS, script), *args, timeout=120)
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert "error:" in proc.stderr.splitlines()[-1], proc.stderr
