@@ -229,20 +229,25 @@ async def demo() -> None:
     print("stats:", service.stats)
 
 
-async def serve(args: argparse.Namespace) -> None:
+async def serve(args: argparse.Namespace) -> int:
     service = EchoService(
         args.host,
         args.port,
         request_timeout=args.request_timeout,
         idle_timeout=args.idle_timeout,
     )
-    await service.start()
+    try:
+        await service.start()
+    except OSError as e:  # the address is taken, or names no host here
+        print(f"cannot serve on {args.host}:{args.port}: {e}", file=sys.stderr)
+        return 1
     host, port = service.address
     print(f"serving on {host}:{port} (Ctrl-C stops)", flush=True)
     try:
         await asyncio.Event().wait()
     finally:
         await service.close()
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -259,6 +264,8 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("request_timeout", "idle_timeout"):
         if not getattr(args, name) > 0:  # NaN included: no deadline could hold it
             parser.error(f"--{name.replace('_', '-')} must be a number of seconds > 0")
+    if not 0 <= args.port <= 65535:
+        parser.error("--port must be a TCP port, 0 to 65535")
     loop: asyncio.AbstractEventLoop
     if args.uvloop:
         import uvloop
@@ -270,8 +277,9 @@ def main(argv: list[str] | None = None) -> int:
     # Ctrl-C cancels that task, so that serve() closes the service while the
     # loop runs, rather than raising KeyboardInterrupt in whatever code ran
     loop.add_signal_handler(signal.SIGINT, main_task.cancel)
+    rc = 0
     try:
-        loop.run_until_complete(main_task)
+        rc = loop.run_until_complete(main_task) or 0
     except asyncio.CancelledError:
         pass
     finally:
@@ -281,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
         if rest:
             loop.run_until_complete(asyncio.wait(rest))
         loop.close()
-    return 0
+    return rc
 
 
 if __name__ == "__main__":

@@ -203,15 +203,22 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.timeout > 0:  # NaN included: no deadline could hold it
         parser.error("--timeout must be a number of seconds > 0")
+    if not 0 <= args.port <= 65535:
+        parser.error("--port must be a TCP port, 0 to 65535")
 
-    async def serve() -> None:
+    async def serve() -> int:
         server = HeartbeatServer(port=args.port, timeout=args.timeout)
-        await server.start()
+        try:
+            await server.start()
+        except OSError as e:  # the address is taken
+            print(f"cannot serve on {server.host}:{args.port}: {e}", file=sys.stderr)
+            return 1
         try:
             print(f"heartbeat server on {server.address}, timeout {args.timeout} s", flush=True)
             await asyncio.Event().wait()
         finally:
             await server.close()
+        return 0
 
     # Ctrl-C cancels the main task; its finally closes the server (and the
     # demo's clients) while the loop still runs
@@ -219,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.demo:
             print(asyncio.run(demo()))
         else:
-            asyncio.run(serve())
+            return asyncio.run(serve())
     except KeyboardInterrupt:
         pass
     return 0

@@ -161,3 +161,46 @@ def test_examples_refuse_a_timeout_no_deadline_can_hold(example: str, option: st
     )
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert f"{option} must be a number of seconds > 0" in proc.stderr
+
+
+@pytest.mark.parametrize("example", ["echo_service.py", "heartbeat.py"])
+@pytest.mark.parametrize("port", ["65536", "-1"])
+def test_examples_refuse_a_port_out_of_range(example: str, port: str) -> None:
+    # a usage line, not the traceback of bind()'s OverflowError
+    path = os.path.join(CHECKOUT, "examples", example)
+    if not os.path.exists(path):
+        pytest.skip("the examples are not beside these tests")
+    proc = subprocess.run(
+        [sys.executable, path, f"--port={port}"],
+        env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1"),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "--port must be a TCP port, 0 to 65535" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("example", ["echo_service.py", "heartbeat.py"])
+def test_examples_say_when_their_port_is_taken(example: str) -> None:
+    # one line and exit status 1, not a traceback
+    import socket
+
+    path = os.path.join(CHECKOUT, "examples", example)
+    if not os.path.exists(path):
+        pytest.skip("the examples are not beside these tests")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = subprocess.run(
+            [sys.executable, path, "--port", str(port)],
+            env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1"),
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert f"cannot serve on 127.0.0.1:{port}: " in proc.stderr
+    assert "Traceback" not in proc.stderr
