@@ -576,8 +576,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--readme", default=README)
     parser.add_argument("--check", action="store_true", help="exit 1 if the README is stale")
     args = parser.parse_args(argv)
-    with open(args.results) as f:
-        results = json.load(f)
+    try:
+        with open(args.results) as f:
+            results = json.load(f)
+    except (OSError, ValueError) as e:
+        parser.error(f"--results {args.results}: {e}")
     if "results" not in results:
         print(f"{args.results} predates repeated runs: run benchmarks/run.py", file=sys.stderr)
         return 2

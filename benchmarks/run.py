@@ -625,7 +625,14 @@ def main(argv: list[str] | None = None) -> None:
             parser.error("--readme writes the README from one run, not from a comparison")
         compare_main(args.compare, names, args)
         return
-    modules = {n: load_module(n) for n in names}
+    modules = {}
+    for n in names:
+        try:
+            modules[n] = load_module(n)
+        except ModuleNotFoundError as e:
+            if e.name != n:
+                raise  # the module is there; something it imports is not
+            parser.error(f"--module {n}: no {n}.py in {HERE}")
 
     r: dict = {
         "machine": machine_info(),

@@ -309,6 +309,8 @@ def test_far_deadlines_pair_spreads_its_delays() -> None:
         ("far_deadlines.py", ["--baseline-rev", "no-such-revision"]),
         ("idle.py", ["--seconds", "0"]),
         ("idle.py", ["--seconds", "nan"]),
+        ("run.py", ["--module", "no_such_benchmark", "--only", "no_such_benchmark"]),
+        ("readme.py", ["--results", "/no/such/results.json"]),
     ],
 )
 def test_benchmark_scripts_refuse_a_command_line_that_gives_no_figure(
