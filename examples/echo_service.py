@@ -147,7 +147,11 @@ class EchoService:
         watcher.start()
         try:
             while True:
-                line = await reader.readline()
+                try:
+                    line = await reader.readline()
+                except ValueError:  # longer than the stream's limit (64 KiB)
+                    writer.write(b"ERR line too long\n")
+                    break
                 if not line:
                     break
                 watcher.touch()

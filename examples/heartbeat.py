@@ -79,7 +79,10 @@ class HeartbeatServer:
         deadline = self.timer.call_later(self.timeout, on_dead)
         try:
             while True:
-                line = await reader.readline()
+                try:
+                    line = await reader.readline()
+                except ValueError:  # longer than the stream's limit: no heartbeat
+                    break
                 if not line:
                     break
                 # False: the deadline passed first (on_dead is on its way)

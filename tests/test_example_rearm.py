@@ -86,6 +86,31 @@ def test_heartbeat_server_closes_a_connection_whose_heartbeat_stops(run) -> None
     run(main)
 
 
+def test_heartbeat_server_closes_a_connection_that_sends_a_line_over_the_limit(run) -> None:
+    # the stream refuses a line over 64 KiB with a ValueError: the server
+    # hangs up without a traceback and serves the others
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        errors: list[dict] = []
+        loop.set_exception_handler(lambda _loop, context: errors.append(context))
+        server = heartbeat.HeartbeatServer(timeout=100 * PERIOD)
+        await server.start()
+        try:
+            reader, writer = await asyncio.open_connection(*server.address)
+            writer.write(b"x" * 70_000 + b"\n")
+            assert await asyncio.wait_for(reader.read(), 20) == b""
+            writer.close()
+            client = heartbeat.HeartbeatClient(PERIOD)
+            await client.connect(server.address)
+            await _until(lambda: client.pongs >= 1)
+            await client.close()
+        finally:
+            await server.close()
+        assert not errors, errors
+
+    run(main)
+
+
 def test_heartbeat_client_sends_on_a_fixed_grid(run) -> None:
     async def main() -> None:
         server = heartbeat.HeartbeatServer(timeout=1.0)

@@ -93,6 +93,29 @@ def test_a_bad_number_is_answered_and_the_connection_stays(run: Any) -> None:
     run(main)
 
 
+def test_a_line_over_the_limit_is_answered_and_the_service_goes_on(run: Any) -> None:
+    # the stream refuses a line over 64 KiB with a ValueError: the client is
+    # told, rather than the service logging a traceback and hanging up
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        errors: list[dict[str, Any]] = []
+        loop.set_exception_handler(lambda _loop, context: errors.append(context))
+        service = await _started(request_timeout=SOON, idle_timeout=SOON)
+        try:
+            client = await Client.connect(service)
+            assert await client.ask("ECHO " + "x" * 70_000) == "ERR line too long"
+            assert await asyncio.wait_for(client.reader.read(), SOON) == b""
+            await client.close()
+            other = await Client.connect(service)
+            assert await other.ask("PING") == "PONG"
+            await other.close()
+        finally:
+            await service.close()
+        assert not errors, errors
+
+    run(main)
+
+
 def test_many_clients(run: Any) -> None:
     async def main() -> None:
         service = await _started(request_timeout=SOON, idle_timeout=SOON)
