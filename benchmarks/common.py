@@ -82,8 +82,9 @@ def summary(runs: list[float]) -> dict:
 
 
 def spread(s: dict) -> float:
-    """(max - min) / median of a summary: how much the runs disagree."""
-    return (s["max"] - s["min"]) / s["median"] if s["median"] else 0.0
+    """(max - min) / |median| of a summary: how much the runs disagree (a
+    lateness can be below zero: its spread is no less for that)."""
+    return (s["max"] - s["min"]) / abs(s["median"]) if s["median"] else 0.0
 
 
 def fmt(s: dict, spec: str = ",.0f") -> str:

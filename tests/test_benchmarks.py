@@ -322,3 +322,24 @@ def test_benchmark_scripts_refuse_a_command_line_that_gives_no_figure(
     assert proc.returncode == 2, (proc.stdout, proc.stderr)
     assert "Traceback" not in proc.stderr, proc.stderr
     assert "error:" in proc.stderr.splitlines()[-1], proc.stderr
+
+
+def test_runs_that_disagree_are_noted_whatever_the_sign_of_their_median() -> None:
+    # run.py's SPREAD note on made-up figures: a lateness below zero (a
+    # uvloop callback run before time.monotonic() reaches its deadline)
+    # whose runs disagree is as much a moved figure as one above zero
+    code = """if True:
+        import json, run
+        def s(lo, med, hi):
+            return {"median": med, "min": lo, "max": hi, "runs": [lo, med, hi]}
+        result = {
+            "late": {"min_ms": s(-0.9, -0.4, 0.1), "max_ms": s(1.0, 2.0, 3.0)},
+            "steady": {"min_ms": s(-0.41, -0.4, -0.39)},
+        }
+        print(json.dumps(sorted(p for _, p in run.wide_spreads(result))))
+    """
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=BENCHMARKS, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == ["late/max_ms", "late/min_ms"]
