@@ -202,8 +202,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--repeat and --sizes must be at least 1: a figure is per request")
 
     if args.uvloop:
-        import uvloop
-
+        try:
+            import uvloop
+        except ImportError as e:
+            parser.error(f"--uvloop needs uvloop (pip install uvloop): {e}")
         new_loop: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
         loop_name = f"uvloop {importlib.metadata.version('uvloop')}"
     else:

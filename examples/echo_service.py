@@ -272,8 +272,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--port must be a TCP port, 0 to 65535")
     loop: asyncio.AbstractEventLoop
     if args.uvloop:
-        import uvloop
-
+        try:
+            import uvloop
+        except ImportError as e:
+            parser.error(f"--uvloop needs uvloop (pip install uvloop): {e}")
         loop = uvloop.new_event_loop()
     else:
         loop = asyncio.new_event_loop()

@@ -343,3 +343,13 @@ def test_runs_that_disagree_are_noted_whatever_the_sign_of_their_median() -> Non
     )
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout) == ["late/max_ms", "late/min_ms"]
+
+
+def test_bench_asyncio_says_when_uvloop_is_missing(tmp_path) -> None:
+    # a uvloop.py that fails to import stands in for no uvloop
+    (tmp_path / "uvloop.py").write_text('raise ImportError("no uvloop here")\n')
+    args = ["--uvloop", "--sizes", "10", "--repeat", "1"]
+    proc = bench(os.path.join(BENCHMARKS, "bench_asyncio.py"), *args, PYTHONPATH=str(tmp_path))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "--uvloop needs uvloop" in proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -204,3 +204,22 @@ def test_examples_say_when_their_port_is_taken(example: str) -> None:
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert f"cannot serve on 127.0.0.1:{port}: " in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_echo_service_says_when_uvloop_is_missing(tmp_path) -> None:
+    # --uvloop where uvloop cannot be imported: a usage line naming it, not
+    # import's traceback (a uvloop.py that fails stands in for none)
+    path = os.path.join(CHECKOUT, "examples", "echo_service.py")
+    if not os.path.exists(path):
+        pytest.skip("the examples are not beside these tests")
+    (tmp_path / "uvloop.py").write_text('raise ImportError("no uvloop here")\n')
+    proc = subprocess.run(
+        [sys.executable, path, "--uvloop", "--demo"],
+        env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1", PYTHONPATH=str(tmp_path)),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "--uvloop needs uvloop" in proc.stderr
+    assert "Traceback" not in proc.stderr
