@@ -148,7 +148,12 @@ class FlakyBackend:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             while line := await reader.readline():
-                ident = line.decode().split()[1]
+                words = line.decode(errors="replace").split()
+                if len(words) != 2 or words[0] != "SEND":
+                    writer.write(b"ERR bad request\n")
+                    await writer.drain()
+                    continue
+                ident = words[1]
                 n = self.seen[ident] = self.seen.get(ident, 0) + 1
                 ok = self.failures >= 0 and n > self.failures
                 writer.write(f"{'OK' if ok else 'ERR'} {ident}\n".encode())

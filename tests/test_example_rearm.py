@@ -162,6 +162,31 @@ def test_failback_retries_with_exponential_backoff_until_ok(run) -> None:
     run(main)
 
 
+def test_failback_backend_refuses_a_malformed_request_and_goes_on(run) -> None:
+    # a line that is not "SEND <id>" (no id, bytes that are not UTF-8) is
+    # answered ERR, not ended with a traceback and a hang-up
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        errors: list[dict] = []
+        loop.set_exception_handler(lambda _loop, context: errors.append(context))
+        backend = failback.FlakyBackend(failures=0)
+        await backend.start()
+        try:
+            reader, writer = await asyncio.open_connection(*backend.address)
+            for bad in (b"SEND\n", b"\xff\xfe\n", b"\n", b"HELLO r1\n"):
+                writer.write(bad)
+                assert await asyncio.wait_for(reader.readline(), 20) == b"ERR bad request\n"
+            writer.write(b"SEND r1\n")
+            assert await asyncio.wait_for(reader.readline(), 20) == b"OK r1\n"
+            writer.close()
+            await writer.wait_closed()
+        finally:
+            await backend.close()
+        assert not errors, errors
+
+    run(main)
+
+
 def test_failback_delays_double_and_are_capped() -> None:
     queue = failback.FailbackQueue(lambda r: None, base_delay=0.1, max_delay=0.5)
     try:
