@@ -119,11 +119,11 @@ def machine_info() -> dict:
     with open("/proc/cpuinfo") as f:
         m = re.search(r"^model name\s*:\s*(.+)$", f.read(), re.M)
         cpu = m.group(1).strip() if m else cpu
-    hw_version = version_of("hwtimer")
-    if hw_version is None:
-        with open(os.path.join(ROOT, "pyproject.toml")) as f:
-            m = re.search(r'^version\s*=\s*"([^"]+)"', f.read(), re.M)
-        hw_version = m.group(1) if m else "unknown"
+    import hwtimer
+
+    # not installed (built in place): pyproject.toml's version is dynamic,
+    # hwtimer.__version__ is where it is written
+    hw_version = version_of("hwtimer") or getattr(hwtimer, "__version__", "unknown")
     valgrind = None
     if shutil.which("valgrind"):
         proc = subprocess.run(["valgrind", "--version"], capture_output=True, text=True)
@@ -131,8 +131,6 @@ def machine_info() -> dict:
     with open("/proc/meminfo") as f:
         m = re.search(r"MemTotal:\s+(\d+) kB", f.read())
         mem = int(m.group(1)) * 1024 if m else None
-    import hwtimer
-
     source = {"extension": os.path.abspath(hwtimer._hwtimer.__file__)}
     if shutil.which("git") and os.path.exists(os.path.join(ROOT, ".git")):
         source["checkout_commit"] = git("rev-parse", "HEAD")

@@ -353,3 +353,22 @@ def test_bench_asyncio_says_when_uvloop_is_missing(tmp_path) -> None:
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "--uvloop needs uvloop" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_results_name_the_version_of_an_uninstalled_build() -> None:
+    # run.py's machine_info() with hwtimer built in place and not installed
+    # (version_of finds no distribution): the version hwtimer itself says,
+    # not "unknown" from a pyproject.toml whose version is dynamic
+    code = """if True:
+        import json, run
+        real = run.version_of
+        run.version_of = lambda dist: None if dist == "hwtimer" else real(dist)
+        import hwtimer
+        print(json.dumps([run.machine_info()["versions"]["hwtimer"], hwtimer.__version__]))
+    """
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=BENCHMARKS, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr
+    reported, actual = json.loads(proc.stdout)
+    assert reported == actual
