@@ -60,23 +60,25 @@ def pair_sched():
     return run
 
 
-def interleaved(fns: dict, n: int, rounds: int) -> tuple[dict, dict]:
+def interleaved(fns: dict, n: int, rounds: int, sizes: dict | None = None) -> tuple[dict, dict]:
     """Runs each fn(n) once per round, in turn, so that a change in the
     machine's load hits every implementation alike, starting one further
-    each round so that none always follows the same one.  Returns the wall
-    and the CPU (process) ns per call of every round, by implementation."""
-    for fn in fns.values():
-        fn(min(n, 10_000))  # warm up
+    each round so that none always follows the same one; `sizes` gives some
+    of them an n of their own.  Returns the wall and the CPU (process) ns
+    per pair of every round, by implementation."""
+    size = {k: (sizes or {}).get(k, n) for k in fns}
+    for k, fn in fns.items():
+        fn(min(size[k], 10_000))  # warm up
     wall: dict = {k: [] for k in fns}
     cpu: dict = {k: [] for k in fns}
     names = list(fns)
     for i in range(rounds):
         for k in names[i % len(names) :] + names[: i % len(names)]:
-            fn = fns[k]
+            fn, m = fns[k], size[k]
             c0, t0 = time.process_time_ns(), time.perf_counter_ns()
-            fn(n)
-            wall[k].append((time.perf_counter_ns() - t0) / n)
-            cpu[k].append((time.process_time_ns() - c0) / n)
+            fn(m)
+            wall[k].append((time.perf_counter_ns() - t0) / m)
+            cpu[k].append((time.process_time_ns() - c0) / m)
     return wall, cpu
 
 
@@ -114,18 +116,15 @@ def child(cfg: dict) -> dict:
         # call_later's own signature, bound to this loop, as a service would
         fns[f"hwtimer call_later ({kind} loop)"] = pair_loop(loop, call_later)
     fns["sched"] = pair_sched()
+    # threading.Timer starts a thread a pair: a few thousand are enough
+    fns["threading.Timer"] = pair_threading_timer
     fns.update(floor_fns())
-    wall, cpu = interleaved(fns, cfg["n"], cfg["repeats"])
+    sizes = {"threading.Timer": cfg["thread_timer_n"]}
+    wall, cpu = interleaved(fns, cfg["n"], cfg["repeats"], sizes)
     for timer in timers:
         timer.stop()
     for loop in loops.values():
         loop.close()
-    # threading.Timer starts a thread a pair: a few thousand are enough
-    tt_wall, tt_cpu = interleaved(
-        {"threading.Timer": pair_threading_timer}, cfg["thread_timer_n"], cfg["repeats"]
-    )
-    wall.update(tt_wall)
-    cpu.update(tt_cpu)
     out = {
         "n": cfg["n"],
         "rounds": cfg["repeats"],

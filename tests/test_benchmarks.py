@@ -372,3 +372,40 @@ def test_results_name_the_version_of_an_uninstalled_build() -> None:
     assert proc.returncode == 0, proc.stderr
     reported, actual = json.loads(proc.stdout)
     assert reported == actual
+
+
+def test_pair_interleaves_threading_timer_with_the_others() -> None:
+    # pair.child() on stand-ins that note their calls: threading.Timer (on
+    # its own, smaller n) takes its turn in every round, as the others do,
+    # so that its ratio to asyncio is taken under the same load
+    code = """if True:
+        import json, types
+        import pair
+        calls = []
+        def maker(label):
+            return lambda *args: (lambda n: calls.append([label, n]))
+        thing = types.SimpleNamespace(stop=lambda: [], close=lambda: None,
+                                      call_later=None)
+        pair.new_hwtimer = lambda *args: thing
+        pair.new_loop = lambda kind: types.SimpleNamespace(
+            call_later=None, close=lambda: None)
+        pair.pair_hwtimer = maker("hwtimer")
+        pair.pair_loop = maker("loop")
+        pair.pair_sched = maker("sched")
+        pair.floor_fns = lambda: {}
+        pair.pair_threading_timer = lambda n: calls.append(["threading.Timer", n])
+        out = pair.child({"n": 50, "thread_timer_n": 5, "repeats": 3})
+        print(json.dumps([calls, out["rounds"], sorted(out["ns_per_pair"])]))
+    """
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=BENCHMARKS, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr
+    calls, rounds, names = json.loads(proc.stdout)
+    assert "threading.Timer" in names and rounds == 3
+    assert all(n == 5 for label, n in calls if label == "threading.Timer")
+    timed = [label for label, _ in calls]  # the warm-ups, then the rounds
+    per_round = len(names)
+    assert len(timed) == per_round * (rounds + 1)
+    for r in range(rounds + 1):
+        assert timed[r * per_round : (r + 1) * per_round].count("threading.Timer") == 1
