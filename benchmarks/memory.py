@@ -79,10 +79,17 @@ def figure(r: dict) -> dict:
     return {"value": x, "unit": "bytes", "met": x["median"] <= 96}
 
 
+def counts(r: dict) -> str:
+    """How many timeouts were pending: the RSS runs', and the tracemalloc
+    runs' where they took fewer (the smaller sizes)."""
+    n = r["rss"]["hwtimer"]["n"]["median"]
+    traced = r["tracemalloc"]["hwtimer"]["n"]["median"]
+    return f"{n:,.0f} pending" + ("" if traced == n else f" (tracemalloc {traced:,.0f})")
+
+
 def report(r: dict) -> list[str]:
     lines = [
-        f"memory per pending timeout, {r['rss']['hwtimer']['n']['median']:,.0f} pending: bytes, "
-        "median (min-max)",
+        f"memory per pending timeout, {counts(r)}: bytes, median (min-max)",
         f"{'':<12}{'RSS':>22}{'tracemalloc':>22}{'vs asyncio':>12}",
     ]
     base = r["rss"]["asyncio"]["bytes_per_timeout"]["median"]

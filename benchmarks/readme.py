@@ -26,6 +26,7 @@ import re
 import sys
 import textwrap
 
+import memory
 from run import BUSY_CORES, SPREAD, wide_spreads
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -177,7 +178,7 @@ def block_memory(mem: dict, r: dict) -> str:
     rss, tm = mem["rss"], mem["tracemalloc"]
     h = rss["hwtimer"]
     return para(
-        f"**Memory** per pending timeout with {h['n']['median']:,.0f} pending, the Python "
+        f"**Memory** per pending timeout with {memory.counts(mem)}, the Python "
         f"object included: hwtimer {med(h['bytes_per_timeout'])} bytes (RSS "
         f"{med(h['bytes_per_timeout'], '.1f')}, runs {rng(h['bytes_per_timeout'], '.1f')}; "
         "tracemalloc "
@@ -586,8 +587,11 @@ def main(argv: list[str] | None = None) -> int:
     if "results" not in results:
         print(f"{args.results} predates repeated runs: run benchmarks/run.py", file=sys.stderr)
         return 2
-    with open(args.readme) as f:
-        text = f.read()
+    try:
+        with open(args.readme) as f:
+            text = f.read()
+    except OSError as e:
+        parser.error(f"--readme {args.readme}: {e}")
     new, kept = rewrite(text, results)
     if kept:
         print(f"not in these results, left as they were: {', '.join(kept)}", file=sys.stderr)

@@ -311,6 +311,7 @@ def test_far_deadlines_pair_spreads_its_delays() -> None:
         ("idle.py", ["--seconds", "nan"]),
         ("run.py", ["--module", "no_such_benchmark", "--only", "no_such_benchmark"]),
         ("readme.py", ["--results", "/no/such/results.json"]),
+        ("readme.py", ["--readme", "/no/such/README.rst"]),
     ],
 )
 def test_benchmark_scripts_refuse_a_command_line_that_gives_no_figure(
@@ -409,6 +410,27 @@ def test_pair_interleaves_threading_timer_with_the_others() -> None:
     assert len(timed) == per_round * (rounds + 1)
     for r in range(rounds + 1):
         assert timed[r * per_round : (r + 1) * per_round].count("threading.Timer") == 1
+
+
+def test_memory_names_the_count_each_way_of_counting_took() -> None:
+    # the smaller sizes trace fewer timeouts than they count by RSS: the
+    # report and the README's sentence name both counts
+    code = """if True:
+        import json, memory, readme
+        def s(x):
+            return {"median": x, "min": x, "max": x, "runs": [x]}
+        def runs(n):
+            return {k: {"bytes_per_timeout": s(80.0), "n": s(n)} for k in memory.IMPLS}
+        r = {"rss": runs(20_000), "tracemalloc": runs(5_000)}
+        print(json.dumps([memory.report(r)[0], readme.block_memory(r, {})]))
+    """
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=BENCHMARKS, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr
+    header, sentence = json.loads(proc.stdout)
+    assert "20,000 pending (tracemalloc 5,000)" in header
+    assert "20,000 pending (tracemalloc 5,000)" in " ".join(sentence.split())
 
 
 def test_readme_from_a_run_before_asyncio_timeout_leaves_its_ratios(tmp_path) -> None:
