@@ -197,7 +197,7 @@ struct TimerObject {
     PyObject *dispatcher; /* owned DispatchObject, NULL until started */
     /* owned list of weak references to LoopSinkObject: the loop keeps its
        sink alive (its reader, or the call that registers it, or the
-       posting thread while nothing delivered waits to be posted), as do
+       posting thread while the loop has no batch of it posted), as do
        the sink's timeouts, never the timer, so that a loop left unclosed
        is collected with what was delivered to it */
     PyObject *loop_sinks;

@@ -8,8 +8,8 @@
  * descriptor (add_reader raises NotImplementedError, as Windows' Proactor
  * loop and some custom loops do) is served by a posting thread instead:
  * it waits on the fd and hands each batch over with one
- * call_soon_threadsafe.  The thread holds the sink only while nothing
- * delivered to it waits to be posted: a loop left unclosed is collected
+ * call_soon_threadsafe.  The thread holds the sink only while the loop
+ * has no batch of it posted: a loop left unclosed is collected
  * with what was handed to it, as one that watches the fd is.  When the
  * loop goes away (closed, which drops the wake fd's reader; collected; or
  * found closed) the sink is closed: what it held is released, the
@@ -69,33 +69,33 @@ typedef struct LoopPoster {
     hwt_wakefd wakefd;
     PyObject *sink_ref; /* owned weak reference to the sink */
     /* owned, or NULL: the sink, held for its loop (which holds a reader
-       of a sink that watches the fd) while nothing delivered to it waits
-       to be posted.  Let go of before each post, which the loop holds
-       until it runs it; _run() gives it back once it has taken the whole
-       batch.  A loop left unclosed then holds the sink only from within:
+       of a sink that watches the fd) while the loop has no _run() of it
+       posted.  Let go of before each post, which the loop holds until it
+       runs it; _run() gives it back once it returns, unless another is
+       posted.  A loop left unclosed then holds the sink only from within:
        it is collected with what was delivered to it. */
     PyObject *held;
+    /* how many _run() calls posted to the loop it has yet to start: the
+       loop holds the sink through them, and the thread holds it whenever
+       there is none, also while a batch waits for it to post */
+    Py_ssize_t posted;
     bool done; /* the thread has ended (or never will start) */
 } LoopPoster;
 
 static const char poster_name[] = "hwtimer._loop_poster";
 
-/* The sink's _run() took a whole batch: the posting thread holds the
-   sink again, until it posts the next one.  Not if a timeout was
-   delivered since the take: the worker woke the thread for it, which posts
-   (or has posted) _run() again, and the loop holds the sink till then. */
+/* The sink's _run() has returned: the posting thread holds the sink
+   again, until it posts the next batch.  Not while the loop has another
+   _run() posted, which holds the sink till it runs.  A timeout delivered
+   since the take does not count: the worker woke the thread for it, which
+   has yet to post, and nothing else holds the sink meanwhile. */
 static void held_by_poster(LoopSinkObject *self)
 {
     LoopPoster *p = self->post;
-    if (!p || p->done || p->held || self->closed)
+    if (!p || p->done || p->held || p->posted > 0 || self->closed)
         return;
-    pthread_mutex_lock(&self->sink.lock);
-    bool empty = self->sink.head == NULL;
-    pthread_mutex_unlock(&self->sink.lock);
-    if (empty) {
-        Py_INCREF(self);
-        p->held = (PyObject *)self;
-    }
+    Py_INCREF(self);
+    p->held = (PyObject *)self;
 }
 
 /* The worker's wake-up for a loop: runs with the sink's lock held. */
@@ -224,6 +224,8 @@ static void run_again(LoopSinkObject *self)
     PyObject *loop = hwtimer_sink_loop(self);
     PyObject *run = loop ? PyObject_GetAttrString((PyObject *)self, "_run") : NULL;
     PyObject *r = run ? PyObject_CallMethod(loop, "call_soon", "O", run) : NULL;
+    if (r && self->post)
+        self->post->posted++; /* runs after this one returns */
     if (loop && !r)
         PyErr_WriteUnraisable((PyObject *)self);
     Py_XDECREF(r);
@@ -243,6 +245,8 @@ static PyObject *sink_run(LoopSinkObject *self, PyObject *unused)
             return NULL;
         }
     }
+    if (self->post && self->post->posted > 0)
+        self->post->posted--; /* this is one that was posted */
     if (self->closed) {
         /* the timer is gone: unregister in this, the loop's, thread */
         PyObject *loop = hwtimer_sink_loop(self);
@@ -404,7 +408,11 @@ static PyObject *sink_post(PyObject *capsule, PyObject *unused)
         Py_CLEAR(p->held);
         PyObject *run = PyObject_GetAttrString((PyObject *)s, "_run");
         PyObject *loop = run ? hwtimer_sink_loop(s) : NULL;
+        /* counted before the loop can run it, which may be while posting */
+        p->posted++;
         PyObject *r = loop ? PyObject_CallMethod(loop, "call_soon_threadsafe", "O", run) : NULL;
+        if (!r)
+            p->posted--;
         if (!run)
             PyErr_Fetch(&type, &value, &tb);
         else if (!r)

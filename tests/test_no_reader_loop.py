@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import sys
 import threading
 import time
 import warnings
@@ -292,6 +293,44 @@ def test_exit_with_callbacks_pending(close: bool) -> None:
         assert proc.returncode == 0, proc.stderr
         assert proc.stdout == "ok\n"
         assert proc.stderr == ""
+
+
+def test_a_batch_delivered_before_it_is_posted_is_not_collected(
+    make_timer: Any, loop: NoReaderLoop
+) -> None:
+    # A callback falls due while the loop runs the batch before it: the
+    # posting thread is woken, and until it takes the GIL to post, the
+    # loop holds nothing of the sink.  A collection then (here, in the
+    # handle that runs right after that batch, which holds the GIL all
+    # along) must leave the open loop its callback and its posting thread.
+    timer = make_timer(0.005, 64)
+    ran: list[int] = []
+
+    def first() -> None:
+        ran.append(1)
+        interval = sys.getswitchinterval()
+        sys.setswitchinterval(100)  # the posting thread waits for the GIL
+        try:
+            end = time.monotonic() + DEADLINE
+            while timer.stats()["expired"] < 2 and time.monotonic() < end:
+                pass
+            # counted just before it is handed over
+            end = time.monotonic() + 0.05
+            while time.monotonic() < end:
+                pass
+        finally:
+            sys.setswitchinterval(interval)
+
+    async def main() -> None:
+        timer.call_later(0.02, first)
+        timer.call_later(0.15, ran.append, 2)
+        assert wait_for(lambda: loop.posts == 1)
+        loop.call_soon(gc.collect)  # next after the posted batch
+        await _until(lambda: len(ran) == 2)
+
+    loop.run_until_complete(main())
+    assert ran == [1, 2]
+    assert len(_posters(timer)) == 1
 
 
 @pytest.mark.parametrize("what", ["call_later", "sleep", "timeout"])
