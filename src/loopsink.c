@@ -79,6 +79,9 @@ typedef struct LoopPoster {
        loop holds the sink through them, and the thread holds it whenever
        there is none, also while a batch waits for it to post */
     Py_ssize_t posted;
+    /* hwtimer_forks when the thread was made: in a child of fork(), the
+       thread is the parent's, and never lets go of `held` there */
+    unsigned forks;
     bool done; /* the thread has ended (or never will start) */
 } LoopPoster;
 
@@ -119,9 +122,21 @@ static bool loop_is_open(LoopSinkObject *self)
    closed when both have let go of the poster). */
 static void close_fd(LoopSinkObject *self)
 {
-    if (self->post) {
+    LoopPoster *p = self->post;
+    if (p && p->forks != hwtimer_forks) {
+        /* a child of fork(): the thread is the parent's, which polls
+           nothing here and never lets go of the poster (its stack, which
+           holds it, is lost), so close the fd and let go of the sink for
+           it (every caller holds the sink) */
+        p->done = true;
+        hwt_wakefd_close(&p->wakefd);
+        self->sink.wake_fd = -1;
+        Py_CLEAR(p->held);
+        return;
+    }
+    if (p) {
         /* the poster owns it: it outlives the sink or the thread */
-        hwt_wakefd_signal(self->post->wakefd.write_fd);
+        hwt_wakefd_signal(p->wakefd.write_fd);
         return;
     }
     hwt_wakefd_close(&self->wakefd);
@@ -503,6 +518,7 @@ static int start_poster(LoopSinkObject *self)
         self->post = p;
         self->posting = true;
         p->done = false;
+        p->forks = hwtimer_forks;
         Py_INCREF(self);
         p->held = (PyObject *)self;
     }

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import os
 import sys
 import threading
 import time
@@ -383,3 +384,56 @@ def test_a_loop_left_unclosed_is_collected_with_the_deadlines_it_got(
 
         assert wait_for(no_wake_fd_left)
     assert wait_for(lambda: not _posters(timer))
+
+
+@pytest.mark.parametrize("how", ["loop-dropped", "timer-dropped"])
+def test_a_forked_child_lets_go_of_the_posting_sink(how: str) -> None:
+    # In a child of fork() the posting thread is the parent's: it never
+    # runs there to let go of the sink, nor of the wake fd.  Once the loop
+    # or the timer goes, the child closes that fd, as it does the wake fd
+    # of a loop that watched it.
+    proc = run_python(
+        """
+        import asyncio, gc, os, sys, warnings
+        sys.path.insert(0, sys.argv[2])
+        from conftest import wake_fds
+        import hwtimer
+
+        class NoReaderLoop(asyncio.SelectorEventLoop):
+            def add_reader(self, *args):
+                raise NotImplementedError
+
+        warnings.simplefilter("ignore", DeprecationWarning)  # fork, threads
+        timer = hwtimer.HashedWheelTimer(0.005)
+        before = wake_fds()
+        loop = NoReaderLoop()
+        ran = []
+
+        async def main():
+            timer.call_later(0.01, ran.append, 1)
+            while not ran:
+                await asyncio.sleep(0.005)
+
+        loop.run_until_complete(main())
+        assert wake_fds() == before + 1
+        pid = os.fork()
+        if pid == 0:
+            if sys.argv[1] == "loop-dropped":
+                loop.close()
+                del loop
+            else:
+                timer.stop()
+                del timer
+            gc.collect()
+            left = wake_fds() - before
+            print("wake fds left in the child:", left, flush=True)
+            os._exit(0 if left == 0 else 1)
+        _, status = os.waitpid(pid, 0)
+        loop.close()
+        timer.stop()
+        print(os.waitstatus_to_exitcode(status))
+        """,
+        argv=(how, os.path.dirname(os.path.abspath(__file__))),
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["wake fds left in the child: 0", "0"]
