@@ -31,6 +31,24 @@ def run_main(
     )
 
 
+def run_example(
+    example: str, *args: str, flags: tuple[str, ...] = (), timeout: float = 30, **env: str
+) -> subprocess.CompletedProcess[str]:
+    # examples/`example` with `args`, `flags` to the interpreter and `env`
+    # added to the environment; skipped where the examples are not beside
+    # these tests (an installed sdist's tests)
+    path = os.path.join(CHECKOUT, "examples", example)
+    if not os.path.exists(path):
+        pytest.skip("the examples are not beside these tests")
+    return subprocess.run(
+        [sys.executable, *flags, path, *args],
+        env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1", **env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
 def test_main_reports_counts_lateness_and_cost() -> None:
     proc = run_main("-n", "20000", "--fire", "0.1")
     assert proc.returncode == 0, proc.stderr
@@ -122,17 +140,7 @@ def test_asyncio_pair_cost_is_taken_on_a_loop_that_turns(monkeypatch) -> None:
 @pytest.mark.parametrize("example", ["echo_service.py", "heartbeat.py", "failback.py"])
 def test_examples_answer_help_under_python_oo(example: str) -> None:
     # -OO strips the docstring their --help takes its description from
-    path = os.path.join(CHECKOUT, "examples", example)
-    if not os.path.exists(path):
-        pytest.skip("the examples are not beside these tests")
-    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
-    proc = subprocess.run(
-        [sys.executable, "-OO", path, "--help"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = run_example(example, "--help", flags=("-OO",), timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("usage: "), proc.stdout
 
@@ -149,16 +157,7 @@ def test_examples_answer_help_under_python_oo(example: str) -> None:
 def test_examples_refuse_a_timeout_no_deadline_can_hold(example: str, option: str, value: str):
     # refused with a usage line, not served: each connection would end in
     # a ValueError (NaN) or be closed at once (<= 0)
-    path = os.path.join(CHECKOUT, "examples", example)
-    if not os.path.exists(path):
-        pytest.skip("the examples are not beside these tests")
-    proc = subprocess.run(
-        [sys.executable, path, "--port", "0", f"{option}={value}"],
-        env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1"),
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    proc = run_example(example, "--port", "0", f"{option}={value}")
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert f"{option} must be a number of seconds > 0" in proc.stderr
 
@@ -167,16 +166,7 @@ def test_examples_refuse_a_timeout_no_deadline_can_hold(example: str, option: st
 @pytest.mark.parametrize("port", ["65536", "-1"])
 def test_examples_refuse_a_port_out_of_range(example: str, port: str) -> None:
     # a usage line, not the traceback of bind()'s OverflowError
-    path = os.path.join(CHECKOUT, "examples", example)
-    if not os.path.exists(path):
-        pytest.skip("the examples are not beside these tests")
-    proc = subprocess.run(
-        [sys.executable, path, f"--port={port}"],
-        env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1"),
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    proc = run_example(example, f"--port={port}")
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "--port must be a TCP port, 0 to 65535" in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -187,20 +177,11 @@ def test_examples_say_when_their_port_is_taken(example: str) -> None:
     # one line and exit status 1, not a traceback
     import socket
 
-    path = os.path.join(CHECKOUT, "examples", example)
-    if not os.path.exists(path):
-        pytest.skip("the examples are not beside these tests")
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        proc = subprocess.run(
-            [sys.executable, path, "--port", str(port)],
-            env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1"),
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
+        proc = run_example(example, "--port", str(port))
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert f"cannot serve on 127.0.0.1:{port}: " in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -209,17 +190,8 @@ def test_examples_say_when_their_port_is_taken(example: str) -> None:
 def test_echo_service_says_when_uvloop_is_missing(tmp_path) -> None:
     # --uvloop where uvloop cannot be imported: a usage line naming it, not
     # import's traceback (a uvloop.py that fails stands in for none)
-    path = os.path.join(CHECKOUT, "examples", "echo_service.py")
-    if not os.path.exists(path):
-        pytest.skip("the examples are not beside these tests")
     (tmp_path / "uvloop.py").write_text('raise ImportError("no uvloop here")\n')
-    proc = subprocess.run(
-        [sys.executable, path, "--uvloop", "--demo"],
-        env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1", PYTHONPATH=str(tmp_path)),
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    proc = run_example("echo_service.py", "--uvloop", "--demo", PYTHONPATH=str(tmp_path))
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "--uvloop needs uvloop" in proc.stderr
     assert "Traceback" not in proc.stderr
