@@ -277,6 +277,31 @@ def load_example(name: str) -> Any:
 LOOP_KINDS = ["asyncio", "uvloop"]
 
 
+def give_deadline_holding_loop(
+    loop: asyncio.AbstractEventLoop, timer: hwtimer.HashedWheelTimer, what: str
+) -> None:
+    """Runs `loop` once to give `timer` a deadline 0.01 s away that holds
+    the loop, of the kind `what` names: "call_later" (the loop among its
+    arguments), "sleep" (an hwtimer.sleep()'s future) or "timeout" (a
+    scope's task).  Leaves the loop as it is, unclosed."""
+
+    async def schedule() -> None:
+        if what == "call_later":
+            timer.call_later(0.01, print, loop)
+        elif what == "sleep":
+            asyncio.ensure_future(hwtimer.sleep(0.01, timer=timer))
+        else:
+
+            async def scope() -> None:
+                async with hwtimer.timeout(0.01, timer=timer):
+                    await asyncio.sleep(DEADLINE)
+
+            asyncio.ensure_future(scope())
+        await asyncio.sleep(0)
+
+    loop.run_until_complete(schedule())
+
+
 @contextlib.contextmanager
 def event_loop(
     kind: str | Callable[[], asyncio.AbstractEventLoop] = "asyncio",

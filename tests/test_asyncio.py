@@ -36,6 +36,7 @@ from conftest import (
     HasIndex,
     IntFloatsOtherwise,
     event_loop,
+    give_deadline_holding_loop,
 )
 
 import hwtimer
@@ -530,22 +531,7 @@ def test_a_loop_left_unclosed_is_collected_with_the_deadlines_it_got(
     # (uvloop never collects a loop left unclosed, whatever it holds.)
     def abandon() -> weakref.ref[asyncio.AbstractEventLoop]:
         loop = asyncio.new_event_loop()
-
-        async def schedule() -> None:
-            if what == "call_later":
-                own_timer.call_later(0.01, print, loop)
-            elif what == "sleep":
-                asyncio.ensure_future(hwtimer.sleep(0.01, timer=own_timer))
-            else:
-
-                async def scope() -> None:
-                    async with hwtimer.timeout(0.01, timer=own_timer):
-                        await asyncio.sleep(SOON)
-
-                asyncio.ensure_future(scope())
-            await asyncio.sleep(0)
-
-        loop.run_until_complete(schedule())
+        give_deadline_holding_loop(loop, own_timer, what)
         return weakref.ref(loop)
 
     done: list[weakref.ref[asyncio.AbstractEventLoop]] = []

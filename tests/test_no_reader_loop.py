@@ -21,7 +21,14 @@ import weakref
 from typing import Any, Callable
 
 import pytest
-from conftest import DEADLINE, collect_until, run_python, wait_for, wake_fds
+from conftest import (
+    DEADLINE,
+    collect_until,
+    give_deadline_holding_loop,
+    run_python,
+    wait_for,
+    wake_fds,
+)
 
 import hwtimer
 
@@ -348,22 +355,7 @@ def test_a_loop_left_unclosed_is_collected_with_the_deadlines_it_got(
 
     def abandon() -> weakref.ref[asyncio.AbstractEventLoop]:
         loop = NoReaderLoop()
-
-        async def schedule() -> None:
-            if what == "call_later":
-                timer.call_later(0.01, print, loop)
-            elif what == "sleep":
-                asyncio.ensure_future(hwtimer.sleep(0.01, timer=timer))
-            else:
-
-                async def scope() -> None:
-                    async with hwtimer.timeout(0.01, timer=timer):
-                        await asyncio.sleep(DEADLINE)
-
-                asyncio.ensure_future(scope())
-            await asyncio.sleep(0)
-
-        loop.run_until_complete(schedule())
+        give_deadline_holding_loop(loop, timer, what)
         posters.extend(_posters(timer))
         return weakref.ref(loop)
 
