@@ -7,8 +7,10 @@
 #   2. tests/c/fault_test.c, each pthread init of the core failing in
 #      turn (the error reported, what was made undone) and a start taken
 #      back keeping its timeouts, under ASan+UBSan,
-#      and tests/c/reset_wake_test.c, a reset made as the worker is about
-#      to sleep (held there by its clock read), under ASan+UBSan;
+#      tests/c/reset_wake_test.c, a reset made as the worker is about
+#      to sleep (held there by its clock read), under ASan+UBSan,
+#      and tests/c/fork_take_test.c, fork() as a consumer takes from a
+#      sink (the child finds what it took), under ASan+UBSan;
 #   3. tests/c/walk_race_test.c, a walk of the wheel (hwt_timer_soonest)
 #      made as the worker is about to sleep, under TSan;
 #      tests/c/soonest_reset_test.c, resets made while hwt_timer_soonest
@@ -84,6 +86,10 @@ timeout 300 "$work/fault_asan"
 step "reset wake test under ASan+UBSan ($backend backend)"
 build reset_asan reset_wake_test.c "${ASAN[@]}" -ldl
 timeout 300 "$work/reset_asan"
+
+step "fork take test under ASan+UBSan ($backend backend)"
+build fork_take_asan fork_take_test.c "${ASAN[@]}"
+timeout 300 "$work/fork_take_asan" 2000
 
 step "walk race test under TSan ($backend backend)"
 build walk_tsan walk_race_test.c -fsanitize=thread -ldl

@@ -58,10 +58,9 @@ static PyObject *dispatch_run(DispatchObject *self, PyObject *unused)
         /* Woken for released timeouts that a producer took meanwhile, it
            waits again without touching the GIL. */
         Py_BEGIN_ALLOW_THREADS
-        do
-            batch = hwt_sink_wait(default_sink, &finished);
+        do /* held[1]: for a fork() from here until the batch has run */
+            batch = hwt_sink_wait(default_sink, &finished, &self->held[1]);
         while (!batch && !finished && !hwt_timer_has_released(self->core));
-        self->held[1] = batch; /* a fork() while this waits for the GIL */
         Py_END_ALLOW_THREADS
         /* what producers did not take in passing */
         hwtimer_release_chain(hwt_timer_take_released(self->core));

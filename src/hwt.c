@@ -1743,7 +1743,7 @@ void hwt_sink_put_back(hwt_sink *s, hwt_timeout *list)
     pthread_mutex_unlock(&s->lock);
 }
 
-hwt_timeout *hwt_sink_wait(hwt_sink *s, bool *finished)
+hwt_timeout *hwt_sink_wait(hwt_sink *s, bool *finished, hwt_timeout **taken)
 {
     pthread_mutex_lock(&s->lock);
     s->sleeping = true;
@@ -1753,6 +1753,8 @@ hwt_timeout *hwt_sink_wait(hwt_sink *s, bool *finished)
     s->released_waiting = false;
     hwt_timeout *list = s->head;
     s->head = s->tail = NULL;
+    if (taken)
+        *taken = list; /* under the lock, which fork() takes too */
     if (s->handing_over) {
         s->handing_over = false;
         hwt_park_wake(&s->timer->park);

@@ -400,8 +400,11 @@ bool hwt_sink_has_work(hwt_sink *s);
 void hwt_sink_put_back(hwt_sink *s, hwt_timeout *list);
 /* Blocks until something is delivered, the sink is finished, or (the
    default sink) released timeouts wait to be taken; takes what was
-   delivered (maybe NULL).  Sets *finished when nothing more will arrive. */
-hwt_timeout *hwt_sink_wait(hwt_sink *s, bool *finished);
+   delivered (maybe NULL).  Sets *finished when nothing more will arrive.
+   When `taken` is not NULL, stores what it takes there too before it lets
+   go of the sink, so that a child of fork() finds a delivered timeout in
+   the sink or in *taken, never in neither. */
+hwt_timeout *hwt_sink_wait(hwt_sink *s, bool *finished, hwt_timeout **taken);
 
 /* Recent task lateness, kept by the embedder through the core so that
    stats() reads one place.  Callers serialise (the binding holds the GIL).

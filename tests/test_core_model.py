@@ -198,6 +198,17 @@ def test_a_reset_during_a_walk_is_found_once(tmp_path: Path, backend: str) -> No
 
 
 @backends
+def test_a_fork_finds_what_the_sink_consumer_took(tmp_path: Path, backend: str) -> None:
+    """A child of fork() finds a delivered timeout still in the sink or in
+    the slot its consumer keeps it in (the dispatch thread's batch, which
+    the child's stop() returns), never in neither: hwt_sink_wait fills the
+    slot before it lets go of the sink, whose lock fork() takes."""
+    exe = build(tmp_path, "fork_take_test.c", backend=backend)
+    proc = run([str(exe), "2000"], timeout=120)
+    assert "every child found the token" in proc.stdout
+
+
+@backends
 def test_core_reports_system_failures(tmp_path: Path, backend: str) -> None:
     """Each pthread init the core makes fails in turn: hwt_timer_new and
     hwt_sink_init return that error and leave nothing behind, and a fork

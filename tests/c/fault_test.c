@@ -219,7 +219,7 @@ static hwt_timeout *wait_delivered(hwt_sink *sink)
     bool finished = false;
     hwt_timeout *got = NULL;
     while (!got && !finished)
-        got = hwt_sink_wait(sink, &finished);
+        got = hwt_sink_wait(sink, &finished, NULL);
     return got;
 }
 

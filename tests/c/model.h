@@ -1062,11 +1062,11 @@ static void m_stop(m_run *r)
     M_CHECK(r, hwt_timer_stop(r->t) == NULL, "a second stop returned timeouts");
     M_CHECK(r, hwt_timer_start(r->t) != 0, "start after stop succeeded");
     bool finished = false;
-    M_CHECK(r, hwt_sink_wait(hwt_timer_default_sink(r->t), &finished) == NULL && finished,
+    M_CHECK(r, hwt_sink_wait(hwt_timer_default_sink(r->t), &finished, NULL) == NULL && finished,
             "the default sink is not finished after stop");
     if (r->sink2_ready && !r->sink2_closed) {
         finished = false;
-        M_CHECK(r, hwt_sink_wait(&r->sink2, &finished) == NULL && finished,
+        M_CHECK(r, hwt_sink_wait(&r->sink2, &finished, NULL) == NULL && finished,
                 "the second sink is not finished after stop");
     }
     m_check_counts(r);

@@ -192,7 +192,7 @@ static void *default_consumer(void *arg)
     shared *sh = arg;
     bool finished = false;
     while (!finished) {
-        consume_list(sh, hwt_sink_wait(hwt_timer_default_sink(sh->t), &finished), false);
+        consume_list(sh, hwt_sink_wait(hwt_timer_default_sink(sh->t), &finished, NULL), false);
         consume_list(sh, hwt_timer_take_released(sh->t), false);
     }
     return NULL;
@@ -274,7 +274,7 @@ static void *ephemeral_sinks(void *arg)
         int got = 0;
         bool finished = false;
         while (got < want && !finished) {
-            for (hwt_timeout *to = hwt_sink_wait(s, &finished); to;
+            for (hwt_timeout *to = hwt_sink_wait(s, &finished, NULL); to;
                  to = hwt_timeout_of(to->link.next)) {
                 if (to < tos || to >= tos + EPHEMERAL_TIMEOUTS ||
                     atomic_load(&to->state) != HWT_EXPIRED)
@@ -708,7 +708,7 @@ static void *ra_consumer(void *arg)
     uint64_t rng = sh->seed ^ (uint64_t)(uintptr_t)&rng;
     bool finished = false;
     while (!finished) {
-        hwt_timeout *list = hwt_sink_wait(hwt_timer_default_sink(sh->t), &finished);
+        hwt_timeout *list = hwt_sink_wait(hwt_timer_default_sink(sh->t), &finished, NULL);
         while (list) {
             hwt_timeout *next = hwt_timeout_of(list->link.next);
             ra_item *it = (ra_item *)(void *)list;
