@@ -980,14 +980,25 @@ static int64_t pending_of(hwt_timer *t, uint64_t scheduled)
     return scheduled > done ? (int64_t)(scheduled - done) : 0;
 }
 
+/* `deadline` (ns since the start), or HWT_NEVER if the clock time it
+   stands for, start + deadline, is past 64-bit ns: never reached, and read
+   as inf, it waits with the never-due ones, not at a far place on the
+   wheel that a manual timer's advance_to_next() would go to. */
+static int64_t within_clock(const hwt_timer *t, int64_t deadline)
+{
+    int64_t start = start_of(t);
+    return start > 0 && deadline > HWT_NEVER - start ? HWT_NEVER : deadline;
+}
+
 /* `delay_ns` after `now` (both ns), as schedule and reset read a delay;
    `now` may be a little below 0 in a schedule refused as start() runs. */
-static int64_t deadline_after(int64_t now, int64_t delay_ns)
+static int64_t deadline_after(const hwt_timer *t, int64_t now, int64_t delay_ns)
 {
     int64_t deadline;
     if (delay_ns <= 0)
         return now;
-    return __builtin_add_overflow(now, delay_ns, &deadline) ? HWT_NEVER : deadline;
+    return __builtin_add_overflow(now, delay_ns, &deadline) ? HWT_NEVER
+                                                            : within_clock(t, deadline);
 }
 
 /* Pushes `to` onto the producers' stack.  Returns false once stop() has
@@ -1009,7 +1020,7 @@ static int schedule(hwt_timer *t, hwt_timeout *to, int64_t delay_ns, uint32_t fl
     /* the state first: start() sets it after the start time, so an
        accepted timeout reads that start time and a clock at or after it */
     bool started = t->state == T_STARTED && !t->orphaned;
-    int64_t deadline = deadline_after(now_rel(t), delay_ns);
+    int64_t deadline = deadline_after(t, now_rel(t), delay_ns);
     atomic_store_explicit(&to->deadline, deadline, memory_order_relaxed);
     to->flags = flags;
     to->link.prev = NULL;
@@ -1250,7 +1261,7 @@ int hwt_timeout_reset(hwt_timeout *to, int64_t delay_ns)
     hwt_timer *t = to->sink->timer;
     if (is_final(atomic_load_explicit(&to->state, memory_order_relaxed)))
         return HWT_EFINAL;
-    int64_t deadline = deadline_after(now_rel(t), delay_ns);
+    int64_t deadline = deadline_after(t, now_rel(t), delay_ns);
     pthread_mutex_lock(&t->cancel_lock);
     /* once stop() has closed the queue, what it sweeps is not pending */
     int r = t->cancel_closed ? HWT_EFINAL : reset_locked(t, to, deadline);
@@ -1318,8 +1329,8 @@ static int rearm(hwt_timeout *to, bool next_run, int64_t period_ns, int64_t star
     } else if (s == HWT_RUNNING && next_run) {
         bool again;
         int missed = (int)((to->flags & MISSED_MASK) >> MISSED_SHIFT);
-        set_deadline(
-            to, hwt_periodic_next(hwt_timeout_deadline(to), period_ns, missed, start, end, &again));
+        set_deadline(to, within_clock(t, hwt_periodic_next(hwt_timeout_deadline(to), period_ns,
+                                                            missed, start, end, &again)));
         r = again ? HWT_EAGAIN : HWT_OK;
     } /* RUNNING_RESET: the reset set the next deadline; a requeue keeps it */
     if (r == HWT_OK) {

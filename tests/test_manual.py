@@ -251,6 +251,24 @@ def test_advance_to_next_with_only_a_never_due_timeout_pending(
     assert manual.pending_timeouts() == 1 and not timeout.is_expired()
 
 
+def test_a_deadline_past_the_clock_of_a_timer_started_late_is_never(manual: ManualTimer) -> None:
+    """A timer that starts when its clock reads 100 s: a delay that takes
+    the deadline past the 64-bit ns clock only from there on never fires,
+    as on a timer started at 0.0 (deadline inf), so advance_to_next() has
+    nothing to move to, one-shot, re-armed or periodic."""
+    manual.advance(100)
+    timeout = manual.new_timeout(noop, 9_223_372_000)
+    other = manual.new_timeout(noop, 1)
+    assert other.reset(9_223_372_000)
+    periodic = manual.new_periodic(noop, 9_223_372_000, delay=0)
+    assert manual.advance_to_next() == 100.001  # the periodic's first run
+    assert timeout.deadline == other.deadline == periodic.deadline == float("inf")
+    assert manual.stats()["never_due"] == 3
+    assert manual.advance_to_next() is None
+    assert manual.time() == 100.001
+    assert manual.pending_timeouts() == 3
+
+
 def test_advance_to_next_with_wake_every_tick_set(
     make_manual, monkeypatch: pytest.MonkeyPatch
 ) -> None:

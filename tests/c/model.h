@@ -385,10 +385,19 @@ static int64_t m_pick_delay(m_run *r)
     }
 }
 
-/* The deadline after `rel` by `delay`, saturated, as the core reads one. */
-static int64_t m_deadline_after(int64_t rel, int64_t delay)
+/* `deadline` (relative), or HWT_NEVER if the clock time it stands for,
+   start + deadline, is past int64: never reached. */
+static int64_t m_within_clock(const m_run *r, int64_t deadline)
 {
-    return delay <= 0 ? rel : delay >= HWT_NEVER - rel ? HWT_NEVER : rel + delay;
+    return r->start > 0 && deadline > HWT_NEVER - r->start ? HWT_NEVER : deadline;
+}
+
+/* The deadline after `rel` by `delay`, saturated, as the core reads one. */
+static int64_t m_deadline_after(const m_run *r, int64_t rel, int64_t delay)
+{
+    return delay <= 0                ? rel
+           : delay >= HWT_NEVER - rel ? HWT_NEVER
+                                      : m_within_clock(r, rel + delay);
 }
 
 /* a + b in 128 bits, saturated at HWT_NEVER. */
@@ -462,7 +471,7 @@ static void m_op_schedule(m_run *r, bool periodic)
     it->target = target;
     it->to.sink = target ? &r->sink2 : hwt_timer_default_sink(r->t);
     int64_t rel = m_rel(r);
-    int64_t deadline = m_deadline_after(rel, delay);
+    int64_t deadline = m_deadline_after(r, rel, delay);
     bool reject = r->cfg.max_pending > 0 && r->pending + 1 > r->cfg.max_pending;
     int rc = periodic ? hwt_timer_schedule_periodic(r->t, &it->to, delay, missed)
                       : hwt_timer_schedule(r->t, &it->to, delay);
@@ -497,7 +506,7 @@ static void m_op_schedule(m_run *r, bool periodic)
 /* Resets a pending item: the worker relinks it at the next advance. */
 static void m_reset_live(m_run *r, m_item *it, int64_t delay)
 {
-    it->deadline = m_deadline_after(m_rel(r), delay);
+    it->deadline = m_deadline_after(r, m_rel(r), delay);
     if (it->transferred) { /* in a bucket: relinked before what is queued */
         it->relink = ++r->reset_order;
         it->transferred = false;
@@ -626,7 +635,7 @@ static bool m_rearm(m_run *r, m_item *it, int64_t start, int64_t end, int during
         m_check_counts(r);
     } else if (during == 2) { /* reset in its run: the next run is there */
         M_CHECK(r, hwt_timeout_reset(&it->to, delay) == HWT_OK, "reset of running item %u", it->id);
-        it->deadline = m_deadline_after(m_rel(r), delay);
+        it->deadline = m_deadline_after(r, m_rel(r), delay);
     } else if (during == 3) { /* its task failed: it ends as expired */
         uint32_t s = hwt_timeout_finish(&it->to, HWT_EXPIRED);
         M_CHECK(r, s == HWT_EXPIRED, "finish of item %u gave state %u", it->id, s);
@@ -650,7 +659,7 @@ static bool m_rearm(m_run *r, m_item *it, int64_t start, int64_t end, int during
     }
     bool again = false;
     if (during != 2)
-        it->deadline = m_next(it, d, rs, re, &again);
+        it->deadline = m_within_clock(r, m_next(it, d, rs, re, &again));
     M_CHECK(r, rc == (again ? HWT_EAGAIN : HWT_OK), "rearm of item %u returned %d, model %s",
             it->id, rc, again ? "again" : "ok");
     M_CHECK(r, hwt_timeout_deadline(&it->to) == it->deadline,
