@@ -106,13 +106,17 @@ static int parse_advance(TimerObject *self, PyObject *obj, int64_t *ns, double *
     int64_t now = atomic_load(&self->manual_now);
     double exact = seconds * 1e9 + self->manual_carry;
     double x = nearbyint(exact);
-    if (!(seconds >= 0) || !(x < 9.2e18 - (double)now)) {
+    if (x < 0) /* a carry of -0.5 and an advance of less than half a ns */
+        x = 0;
+    int64_t target;
+    /* the clock stays below HWT_NEVER, the core's "never": exactly, so
+       that a deadline it can reach is one advance() reaches too */
+    if (!(seconds >= 0) || !(x < 0x1p63) ||
+        __builtin_add_overflow(now, (int64_t)x, &target) || target == HWT_NEVER) {
         return hwtimer_value_error("seconds must be >= 0 and finite (and keep the clock within "
                                    "64-bit nanoseconds)",
                                    obj);
     }
-    if (x < 0) /* a carry of -0.5 and an advance of less than half a ns */
-        x = 0;
     *ns = (int64_t)x;
     *carry = exact - x;
     return 0;

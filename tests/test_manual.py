@@ -442,6 +442,24 @@ def test_a_done_timeout_lets_go_of_its_task(manual: ManualTimer) -> None:
     assert [r() for r in refs] == [None, None]
 
 
+def test_advance_reaches_every_deadline_within_the_64_bit_clock(manual: ManualTimer) -> None:
+    """The clock goes as far as 64-bit ns allow: advance() reaches a
+    timeout due past 9.2e9 s, as advance_to_next() does, and from there
+    advance(0) is no error; only the last ns, the core's never, is
+    refused."""
+    task = Recorder(manual)
+    manual.new_timeout(task, 9_210_000_000)
+    assert manual.advance(9_210_000_000) == 1
+    assert task.times == [9_210_000_000.0]
+    assert manual.advance(0) == 0
+    manual.advance(13_372_036)  # to 9_223_372_036 s: 2**63 - 1 ns is 0.854775807 s on
+    with pytest.raises(ValueError):
+        manual.advance(0.854775807)
+    assert manual._target(0.854775806) == (2**63 - 2, 0.0)
+    manual.advance(0.854775806)
+    assert manual.advance(0) == 0
+
+
 # ---- bad input: a clear error, the clock unchanged, nothing run ----
 
 
