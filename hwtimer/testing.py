@@ -17,7 +17,7 @@ import contextlib
 import threading
 from collections.abc import Iterator
 from datetime import timedelta
-from typing import SupportsFloat, SupportsIndex, TypeVar, Union
+from typing import Any, SupportsFloat, SupportsIndex, TypeVar, Union
 
 from . import _default
 from ._hwtimer import HashedWheelTimer, _follow_loop_time, _ManualTimer
@@ -93,18 +93,32 @@ class ManualTimer(_ManualTimer):
 _SETTLE_STEPS = 100
 
 
+def _task_ready(task: asyncio.Task[object]) -> bool:
+    """Whether `task` is due to take a step: made and not started, or woken
+    (the future it waits on is done, its wake-up queued)."""
+    if task.done() or not hasattr(task, "_fut_waiter"):
+        return False  # done, or a task that does not say
+    waiter: Any = getattr(task, "_fut_waiter", None)
+    return waiter is None or bool(waiter.done())
+
+
 async def _settle(timer: ManualTimer, loop: asyncio.AbstractEventLoop) -> None:
     """Yields until the callbacks `timer` handed to `loop` have run and the
     loop has nothing else ready to run.  asyncio's loops (and those built on
-    them, looptime's) show their ready queue; for others (uvloop) one more
-    turn of the loop after the callbacks is what can be known."""
+    them, looptime's) show their ready queue; for others (uvloop) their
+    tasks show whether they are due to step (those woken by the tasks the
+    callbacks woke too), and one more turn of the loop after that is for
+    what else can be queued there."""
     ready = getattr(loop, "_ready", None)
+    me = asyncio.current_task()
     for _ in range(_SETTLE_STEPS):
         await asyncio.sleep(0)
         if timer._holds(loop):
             continue
         if ready is None:
-            await asyncio.sleep(0)  # a turn for the tasks they woke
+            if any(_task_ready(t) for t in asyncio.all_tasks(loop) if t is not me):
+                continue
+            await asyncio.sleep(0)  # a turn for other callbacks they queued
             return
         if not ready:
             return

@@ -289,6 +289,34 @@ def test_advance_async_moves_the_clock_after_the_tasks_made_before_it_start(
     run(main)
 
 
+def test_advance_async_lets_a_task_woken_by_a_woken_task_schedule_at_its_tick(
+    manual_timer: ManualTimer, run: Any
+) -> None:
+    """What the tasks that a tick woke set going settles before the clock
+    moves on, on every loop: a task woken by one of them (through an
+    Event) schedules its sleep at that tick, so it runs one sleep later."""
+
+    async def main() -> None:
+        event = asyncio.Event()
+        woke: list[float] = []
+
+        async def setter() -> None:
+            await hwtimer.sleep(0.01)
+            event.set()
+
+        async def follower() -> None:
+            await event.wait()
+            await hwtimer.sleep(0.01)
+            woke.append(manual_timer.time())
+
+        tasks = [asyncio.ensure_future(setter()), asyncio.ensure_future(follower())]
+        await manual_timer.advance_async(0.05)
+        assert woke == [0.02]
+        await asyncio.gather(*tasks)
+
+    run(main)
+
+
 def test_advance_async_bad_input_changes_nothing(manual_timer: ManualTimer, run: Any) -> None:
     async def main() -> None:
         ran: list[int] = []
