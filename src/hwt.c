@@ -980,14 +980,19 @@ static int64_t pending_of(hwt_timer *t, uint64_t scheduled)
     return scheduled > done ? (int64_t)(scheduled - done) : 0;
 }
 
-/* `deadline` (ns since the start), or HWT_NEVER if the clock time it
-   stands for, start + deadline, is past 64-bit ns: never reached, and read
-   as inf, it waits with the never-due ones, not at a far place on the
-   wheel that a manual timer's advance_to_next() would go to. */
+/* `deadline` (ns since the start), or HWT_NEVER when the tick that runs
+   it ends at or past HWT_NEVER on the clock, which stays below that: never
+   reached, and read as inf, it waits with the never-due ones, not at a far
+   place on the wheel that a manual timer's advance_to_next() would go to
+   (and find nothing to run). */
 static int64_t within_clock(const hwt_timer *t, int64_t deadline)
 {
     int64_t start = start_of(t);
-    return start > 0 && deadline > HWT_NEVER - start ? HWT_NEVER : deadline;
+    int64_t room = start > 0 ? HWT_NEVER - start : HWT_NEVER;
+    /* its tick, (deadline - 1) / tick_ns, ends before deadline + tick_ns */
+    if (deadline <= room - t->cfg.tick_ns)
+        return deadline;
+    return tick_end(t, (deadline - 1) / t->cfg.tick_ns) == HWT_NEVER ? HWT_NEVER : deadline;
 }
 
 /* `delay_ns` after `now` (both ns), as schedule and reset read a delay;

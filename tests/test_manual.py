@@ -269,6 +269,23 @@ def test_a_deadline_past_the_clock_of_a_timer_started_late_is_never(manual: Manu
     assert manual.pending_timeouts() == 3
 
 
+def test_a_deadline_whose_tick_ends_past_the_clock_is_never() -> None:
+    """With 10 s ticks, a deadline within the 64-bit ns clock whose tick
+    would end past it can never run: it reads as never (inf), and
+    advance_to_next() has nothing to move to; one a tick earlier runs."""
+    manual = ManualTimer(10, 8)
+    ran: list[float] = []
+    late = manual.new_timeout(lambda t: ran.append(manual.time()), 9_223_372_031)
+    last = manual.new_timeout(lambda t: ran.append(manual.time()), 9_223_372_030)
+    assert late.deadline == float("inf") and last.deadline == 9_223_372_030
+    assert manual.stats()["never_due"] == 1
+    while manual.advance_to_next() is not None:
+        pass
+    assert ran == [9_223_372_030] and last.is_expired() and not late.is_expired()
+    assert manual.pending_timeouts() == 1
+    manual.stop()
+
+
 def test_advance_to_next_with_wake_every_tick_set(
     make_manual, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -385,11 +385,15 @@ static int64_t m_pick_delay(m_run *r)
     }
 }
 
-/* `deadline` (relative), or HWT_NEVER if the clock time it stands for,
-   start + deadline, is past int64: never reached. */
+/* `deadline` (relative), or HWT_NEVER if the tick that runs it ends at or
+   past HWT_NEVER on the clock: never reached.  In 128 bits. */
 static int64_t m_within_clock(const m_run *r, int64_t deadline)
 {
-    return r->start > 0 && deadline > HWT_NEVER - r->start ? HWT_NEVER : deadline;
+    if (deadline <= 0 || deadline == HWT_NEVER)
+        return deadline;
+    __int128 tick = r->cfg.tick_ns;
+    __int128 end = (__int128)r->start + ((__int128)(deadline - 1) / tick + 1) * tick;
+    return end >= (__int128)HWT_NEVER ? HWT_NEVER : deadline;
 }
 
 /* The deadline after `rel` by `delay`, saturated, as the core reads one. */
