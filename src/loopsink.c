@@ -282,6 +282,10 @@ static PyObject *sink_run(LoopSinkObject *self, PyObject *unused)
         batch.last = !next;
         int r = hwtimer_run_timeout(TIMER_OF(&to->base), &to->base, &batch);
         hwtimer_timeout_track_if_held(&to->base);
+        /* the last reference frees it and its callback, which may run
+           Python code: the next callback begins after that */
+        if (Py_REFCNT(to) == 1)
+            batch.now = HWTIMER_UNREAD;
         Py_DECREF(to); /* the wheel's reference */
         if (r < 0) {
             /* the rest run at the loop's next turn, if it has one */

@@ -373,7 +373,13 @@ int hwtimer_run_timeout(TimerObject *timer, TimeoutObject *to, hwtimer_batch *ba
         int64_t end = batch->now = hwtimer_clock_ns(timer);
         batch->periodic_ran += hwt_timeout_periodic(node);
         hwt_timer_record_task(timer->core, start - deadline, end - start);
-        int r = failed ? report_failure(timer, to) : 0;
+        int r = 0;
+        if (failed) {
+            r = report_failure(timer, to);
+            /* the report ran Python code (logging handlers, a loop's
+               exception handler): the next task begins after it */
+            batch->now = HWTIMER_UNREAD;
+        }
         if (!hwt_timeout_periodic(node))
             return r;
         if (failed) {
@@ -481,6 +487,10 @@ uint64_t hwtimer_run_batch(hwt_sink *default_sink, hwt_timeout *node, bool paren
         hwtimer_timeout_track_if_held(to);
         if (held)
             held[0] = NULL; /* the reference it stood for goes */
+        /* the last reference frees it and its task, which may run Python
+           code (a __del__, a weakref callback): the next task begins after */
+        if (Py_REFCNT(to) == 1)
+            batch.now = HWTIMER_UNREAD;
         Py_DECREF(to); /* the wheel's reference: may free the timer too */
         node = next;
         if (parents_only && hwtimer_forks != forks) {

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
 import random
 import subprocess
@@ -195,6 +197,68 @@ def test_a_slow_untimed_task_shows_in_the_lateness_of_the_tasks_after_it(make_ti
     assert s["late_samples"] + s["untimed_tasks"] == n
     assert s["untimed_tasks"] > 0
     assert s["late_max"] >= 0.2
+
+
+class _SlowToFree:
+    """A task whose release takes 0.2 s (its __del__)."""
+
+    def __call__(self, *_args: object) -> None:
+        pass
+
+    def __del__(self) -> None:
+        time.sleep(0.2)
+
+
+def test_a_timeout_freed_between_tasks_shows_in_the_lateness_of_the_next(make_timer):
+    # The first timeout's handle is dropped: the wheel's reference is its
+    # last, and freeing it frees its task, whose __del__ delays the next
+    # task of the batch: that delay is lateness, not the next task's run.
+    timer = make_timer(0.01, 64)
+    done = threading.Event()
+    timer.new_timeout(_SlowToFree(), 0.05)
+    timer.new_timeout(lambda _t: done.set(), 0.05)
+    assert done.wait(10)
+    assert wait_for(lambda: timer.stats()["late_samples"] == 2)
+    assert timer.stats()["late_max"] >= 0.2
+
+
+def test_a_failed_tasks_report_shows_in_the_lateness_of_the_task_after_it(make_timer):
+    # The logging handler that reports the first task's error delays the
+    # next task of the batch: that delay is its lateness.
+    class SlowHandler(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            time.sleep(0.2)
+
+    def fail(_t: object) -> None:
+        raise ValueError("reported slowly")
+
+    logger = logging.getLogger("hwtimer")
+    handler = SlowHandler()
+    logger.addHandler(handler)
+    try:
+        timer = make_timer(0.01, 64)
+        done = threading.Event()
+        timer.new_timeout(fail, 0.05)
+        timer.new_timeout(lambda _t: done.set(), 0.05)
+        assert done.wait(10)
+        assert wait_for(lambda: timer.stats()["late_samples"] == 2)
+    finally:
+        logger.removeHandler(handler)
+    assert timer.stats()["late_max"] >= 0.2
+
+
+def test_a_handle_freed_between_callbacks_shows_in_the_lateness_of_the_next(make_timer):
+    timer = make_timer(0.01, 64)
+
+    async def main() -> None:
+        done = asyncio.Event()
+        timer.call_later(0.05, _SlowToFree())
+        timer.call_later(0.05, done.set)
+        await asyncio.wait_for(done.wait(), 10)
+
+    asyncio.run(main())
+    assert wait_for(lambda: timer.stats()["late_samples"] == 2)
+    assert timer.stats()["late_max"] >= 0.2
 
 
 def test_task_time_max_sees_a_slow_task(make_timer):
