@@ -1506,7 +1506,7 @@ static bool may_transfer(const hwt_timer *t)
     return t->state == T_STARTED || (t->state == T_NEW && t->unstarted);
 }
 
-void hwt_timer_occupancy(hwt_timer *t, hwt_occupancy *out)
+void hwt_timer_stats_occupancy(hwt_timer *t, hwt_stats *stats, hwt_occupancy *out)
 {
     pthread_mutex_lock(&t->lock);
     /* a worker asleep until a far deadline, or for good, has yet to take
@@ -1514,7 +1514,15 @@ void hwt_timer_occupancy(hwt_timer *t, hwt_occupancy *out)
     if (may_transfer(t))
         transfer_for_walk(t);
     hwt_wheel_occupancy(&t->wheel, out);
+    /* with the wheel held, the worker expires nothing in between */
+    if (stats)
+        hwt_timer_stats(t, stats);
     pthread_mutex_unlock(&t->lock);
+}
+
+void hwt_timer_occupancy(hwt_timer *t, hwt_occupancy *out)
+{
+    hwt_timer_stats_occupancy(t, NULL, out);
 }
 
 static int cmp_ptr(const void *a, const void *b)

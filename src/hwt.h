@@ -307,6 +307,12 @@ void hwt_timer_stats(hwt_timer *t, hwt_stats *out);
    so the worker waits that long; producers are never held up. */
 void hwt_timer_occupancy(hwt_timer *t, hwt_occupancy *out);
 
+/* hwt_timer_occupancy(), and `stats` (if not NULL) filled as
+   hwt_timer_stats() does, both read while the wheel is held: the worker
+   expires nothing in between, so a caller that keeps producers and
+   cancellers out meanwhile (the GIL) gets counts that match the spread. */
+void hwt_timer_stats_occupancy(hwt_timer *t, hwt_stats *stats, hwt_occupancy *out);
+
 /* Called by hwt_timer_soonest for each timeout it found, in order. */
 typedef void (*hwt_visit_fn)(void *ctx, hwt_timeout *to);
 

@@ -108,22 +108,20 @@ static PyObject *level_dict(const hwt_level_occupancy *lv, double tick_duration)
     return d;
 }
 
-/* Adds the wheel's spread to `stats`.  Returns 0 or -1. */
-static int put_spread(TimerObject *timer, PyObject *stats)
+/* Adds the wheel's spread, `occ`, to `stats`.  Returns 0 or -1. */
+static int put_spread(TimerObject *timer, const hwt_occupancy *occ, PyObject *stats)
 {
-    hwt_occupancy occ;
-    hwt_timer_occupancy(timer->core, &occ);
     int64_t tick_ns = hwt_timer_config(timer->core)->tick_ns;
     PyObject *levels = PyList_New(0);
     if (!levels)
         return -1;
     /* levels no deadline can reach would only add rows of zeros */
     unsigned shown = 1;
-    for (unsigned k = 1; k < occ.levels; k++)
-        if (occ.level[k].timeouts || level_reachable(&occ.level[k], tick_ns))
+    for (unsigned k = 1; k < occ->levels; k++)
+        if (occ->level[k].timeouts || level_reachable(&occ->level[k], tick_ns))
             shown = k + 1;
     for (unsigned k = 0; k < shown; k++) {
-        PyObject *d = level_dict(&occ.level[k], timer->tick_duration);
+        PyObject *d = level_dict(&occ->level[k], timer->tick_duration);
         if (!d || PyList_Append(levels, d) < 0) {
             Py_XDECREF(d);
             Py_DECREF(levels);
@@ -132,8 +130,8 @@ static int put_spread(TimerObject *timer, PyObject *stats)
         Py_DECREF(d);
     }
     if (put(stats, "levels", levels) < 0 ||
-        put(stats, "fullest_bucket", PyLong_FromUnsignedLongLong(occ.level[0].fullest)) < 0 ||
-        put(stats, "never_due", PyLong_FromUnsignedLongLong(occ.never)) < 0)
+        put(stats, "fullest_bucket", PyLong_FromUnsignedLongLong(occ->level[0].fullest)) < 0 ||
+        put(stats, "never_due", PyLong_FromUnsignedLongLong(occ->never)) < 0)
         return -1;
     return 0;
 }
@@ -143,12 +141,15 @@ PyObject *hwtimer_timer_stats(TimerObject *self, PyObject *unused)
     (void)unused;
     hwt_stats s;
     hwt_latency lat;
-    hwt_timer_stats(self->core, &s);
+    hwt_occupancy occ;
     int err = hwt_timer_latency(self->core, &lat);
     if (err) {
         hwtimer_core_error(self, err, "read the lateness");
         return NULL;
     }
+    /* the counts and the spread at one moment: `pending` is what the
+       levels hold */
+    hwt_timer_stats_occupancy(self->core, &s, &occ);
     PyObject *d = PyDict_New();
     if (!d)
         return NULL;
@@ -167,7 +168,7 @@ PyObject *hwtimer_timer_stats(TimerObject *self, PyObject *unused)
         put(d, "late_samples", PyLong_FromSize_t(lat.samples)) < 0 ||
         put(d, "untimed_tasks", PyLong_FromUnsignedLongLong(lat.untimed)) < 0 ||
         put(d, "task_time_max", PyFloat_FromDouble((double)lat.task_time_max / 1e9)) < 0 ||
-        put_spread(self, d) < 0) {
+        put_spread(self, &occ, d) < 0) {
         Py_DECREF(d);
         return NULL;
     }

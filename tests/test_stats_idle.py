@@ -373,6 +373,27 @@ def test_stats_count_what_a_sleeping_worker_has_yet_to_take(make_timer):
     assert timer.stats()["never_due"] == 0
 
 
+def test_pending_matches_the_spread_while_the_worker_expires(make_timer):
+    # One-shot timeouts only: every pending one is on a level or never due,
+    # in the same stats() as the count, while the worker expires others.
+    timer = make_timer(0.001, 512)
+    rnd = random.Random(7)
+    for _ in range(5000):
+        timer.new_timeout(lambda _t: None, rnd.uniform(0.01, 1.5))
+    timer.new_timeout(lambda _t: None, float("inf"))
+    mismatches = []
+    polls = 0
+    end = time.monotonic() + 1.5
+    while time.monotonic() < end and len(mismatches) < 5:
+        s = timer.stats()
+        polls += 1
+        spread = sum(level["timeouts"] for level in s["levels"]) + s["never_due"]
+        if spread != s["pending"]:
+            mismatches.append((s["pending"], spread))
+    assert polls > 0
+    assert mismatches == []
+
+
 def test_timeouts_cancelled_at_once_do_not_wake_the_worker(make_timer):
     # The request-timeout pattern: each cancel takes its timeout back before
     # the worker sees it, so nothing queues and nothing is worth a wake-up,
