@@ -1494,6 +1494,10 @@ static void transfer_for_walk(hwt_timer *t)
         return;
     process_cancels(t);
     transfer(t, SIZE_MAX);
+    /* the cancelled ones it unlinked go to be released now, not at the
+       worker's next tick (a ManualTimer's next advance()) */
+    if (t->released.batch_head)
+        publish_released(t);
     atomic_fetch_add(&t->outside_transfers, 1);
     wake_worker(t);
 }

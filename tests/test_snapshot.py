@@ -258,6 +258,31 @@ def test_on_a_manual_timer() -> None:
     assert timer.pending_snapshot() == []
 
 
+class _Task:
+    def __call__(self, _timeout: object) -> None:
+        pass
+
+
+@pytest.mark.parametrize("read", ["stats", "pending_snapshot"])
+def test_on_a_manual_timer_a_cancel_it_processes_lets_go_of_the_task(read: str) -> None:
+    """The cancels a read processes (unlinking the timeouts, as a tick
+    does) let go of their tasks then, not at the next advance()."""
+    testing = pytest.importorskip("hwtimer.testing")
+    timer = testing.ManualTimer(0.001, 64)
+    try:
+        task = _Task()
+        gone = weakref.ref(task)
+        timeout = timer.new_timeout(task, 5.0)
+        timer.advance(0.0)  # in the wheel: its cancel waits for a tick
+        assert timeout.cancel()
+        del task, timeout
+        getattr(timer, read)()
+        gc.collect()
+        assert gone() is None
+    finally:
+        timer.stop()
+
+
 def test_after_a_start_that_failed_lists_what_was_scheduled(make_timer, monkeypatch) -> None:
     """A start() whose dispatch thread cannot start keeps what other users
     scheduled meanwhile, pending: the snapshot lists it, whether or not the
