@@ -1094,14 +1094,18 @@ def test_a_reset_keeps_its_place_in_the_tick_only_before_the_wheel_took_it(
     manual: ManualTimer,
 ) -> None:
     order: list[str] = []
-    for advance_between in (False, True):
+    takes_in = (None, lambda: manual.advance(0.001), manual.stats, manual.pending_snapshot)
+    for take_in in takes_in:
         a = manual.new_timeout(lambda to: order.append("a"), 0.005)
         manual.new_timeout(lambda to: order.append("b"), 0.005)
-        if advance_between:
-            manual.advance(0.001)  # both in the wheel now
-        assert a.reset(0.005 - 0.001 * advance_between) is True
+        moved = 0.0
+        if take_in is not None:
+            before = manual.time()
+            take_in()  # both in the wheel now
+            moved = manual.time() - before
+        assert a.reset(0.005 - moved) is True
         manual.advance(0.01)
-    assert order == ["a", "b", "b", "a"]
+    assert order == ["a", "b"] + ["b", "a"] * 3
 
 
 def test_a_reset_goes_ahead_of_what_was_scheduled_before_it_and_not_taken_in(
