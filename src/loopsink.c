@@ -101,6 +101,8 @@ static void held_by_poster(LoopSinkObject *self)
     p->held = (PyObject *)self;
 }
 
+static int watch_post(LoopSinkObject *self, PyObject *run);
+
 /* The worker's wake-up for a loop: runs with the sink's lock held. */
 static void loop_sink_wake(hwt_sink *s)
 {
@@ -238,7 +240,9 @@ static void run_again(LoopSinkObject *self)
     PyErr_Fetch(&type, &value, &tb);
     PyObject *loop = hwtimer_sink_loop(self);
     PyObject *run = loop ? PyObject_GetAttrString((PyObject *)self, "_run") : NULL;
-    PyObject *r = run ? PyObject_CallMethod(loop, "call_soon", "O", run) : NULL;
+    PyObject *r = run && watch_post(self, run) == 0
+                      ? PyObject_CallMethod(loop, "call_soon", "O", run)
+                      : NULL;
     if (r && self->post)
         self->post->posted++; /* runs after this one returns */
     if (loop && !r)
@@ -330,6 +334,38 @@ static PyObject *sink_reader_gone(LoopSinkObject *self, PyObject *ref)
 
 static PyMethodDef reader_gone_def = {"_reader_gone", (PyCFunction)sink_reader_gone, METH_O,
                                       NULL};
+
+/* Watches `run`, the sink's _run() about to be posted to a loop that has
+   no readers, as the reader of one that has is watched: a loop closed with
+   it posted drops it unrun, and nothing else would tell.  Nothing takes
+   the batch that it was to run, so the worker, which wakes the posting
+   thread only for a batch that finds the sink empty, never wakes it for
+   the next one.  The latest post is the one watched: the loop runs its
+   posts in order, so one it dropped unrun is that one, or before it.
+   Returns 0, or -1 with an exception. */
+/* _post_gone(ref): the loop let go of the latest _run() posted to it.
+   One that ran counted itself out of `posted` first (those posted before
+   it ran before it), and tells nothing: only one dropped unrun asks the
+   loop whether it is closed. */
+static PyObject *sink_post_gone(LoopSinkObject *self, PyObject *ref)
+{
+    if (self->post && self->post->posted > 0)
+        return sink_reader_gone(self, ref);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef post_gone_def = {"_post_gone", (PyCFunction)sink_post_gone, METH_O, NULL};
+
+static int watch_post(LoopSinkObject *self, PyObject *run)
+{
+    PyObject *gone = PyCFunction_New(&post_gone_def, (PyObject *)self);
+    PyObject *ref = gone ? PyWeakref_NewRef(run, gone) : NULL;
+    Py_XDECREF(gone);
+    if (!ref)
+        return -1;
+    Py_XSETREF(self->reader_ref, ref);
+    return 0;
+}
 
 /* ---- finding or making the sink for a loop ---- */
 
@@ -426,13 +462,14 @@ static PyObject *sink_post(PyObject *capsule, PyObject *unused)
            for this thread again. */
         Py_CLEAR(p->held);
         PyObject *run = PyObject_GetAttrString((PyObject *)s, "_run");
-        PyObject *loop = run ? hwtimer_sink_loop(s) : NULL;
+        bool watched = run && watch_post(s, run) == 0;
+        PyObject *loop = watched ? hwtimer_sink_loop(s) : NULL;
         /* counted before the loop can run it, which may be while posting */
         p->posted++;
         PyObject *r = loop ? PyObject_CallMethod(loop, "call_soon_threadsafe", "O", run) : NULL;
         if (!r)
             p->posted--;
-        if (!run)
+        if (!watched)
             PyErr_Fetch(&type, &value, &tb);
         else if (!r)
             PyErr_Clear(); /* the loop is closed or gone: nobody will run them */

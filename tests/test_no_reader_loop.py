@@ -167,6 +167,42 @@ def test_closed_loop_stops_its_posting_thread(make_timer: Any) -> None:
     assert ran == []
 
 
+def test_loop_closed_with_a_batch_posted_to_it_stops_its_posting_thread(
+    make_timer: Any,
+) -> None:
+    # The loop stops with a batch posted to it and not yet run, and is
+    # closed, which drops the post.  Nothing will take that batch, so the
+    # worker would never wake the thread for the next one: the close must
+    # tell the timer itself.  The callbacks still pending are cancelled and
+    # released, also one whose handle is kept, and the thread ends.
+    timer = make_timer(0.01, 64)
+    loop = NoReaderLoop()
+    payload = type("Payload", (), {})()
+    held = weakref.ref(payload)
+    ran: list[object] = []
+
+    async def schedule(payload: object) -> Any:
+        timer.call_later(0.02, ran.append, "first")
+        timer.call_later(0.2, ran.append, payload)
+        return timer.call_later(3600, ran.append, "far")
+
+    def stop_once_posted() -> None:
+        loop.stop()
+        assert wait_for(lambda: loop.posts == 1)
+
+    far = loop.run_until_complete(schedule(payload))
+    del payload
+    loop.call_later(0.005, stop_once_posted)
+    loop.run_forever()
+    assert loop.posts == 1 and ran == []
+    loop.close()
+    assert wait_for(lambda: not _posters(timer))
+    assert wait_for(lambda: timer.pending_timeouts() == 0)
+    assert far.is_cancelled()
+    assert wait_for(lambda: held() is None), "what the callbacks hold was kept"
+    assert ran == []
+
+
 @pytest.mark.parametrize("loop_type", [asyncio.SelectorEventLoop, NoReaderLoop])
 def test_keyboard_interrupt_leaves_the_rest_for_the_next_run(
     make_timer: Any, loop_type: type[asyncio.AbstractEventLoop]
