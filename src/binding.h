@@ -611,7 +611,8 @@ int hwtimer_run_submitted(TimerObject *timer, TimeoutObject *to);
 /* Runs a batch taken from the default sink: each expired new_timeout()
    task in turn, on this thread (or its executor); releases the rest.
    With `parents_only`, a task that forks ends the batch in the child,
-   whose tasks stay the parent's to run.  `held` (the dispatch thread's,
+   whose tasks stay the parent's to run: the rest goes back to the default
+   sink, unrun, for the child's stop().  `held` (the dispatch thread's,
    else NULL) is kept pointing at what it has yet to finish.  Returns how
    many runs of periodic timeouts it began here. */
 uint64_t hwtimer_run_batch(hwt_sink *default_sink, hwt_timeout *node, bool parents_only,

@@ -496,7 +496,11 @@ uint64_t hwtimer_run_batch(hwt_sink *default_sink, hwt_timeout *node, bool paren
         if (parents_only && hwtimer_forks != forks) {
             if (held)
                 held[1] = NULL;
-            hwtimer_release_chain(node); /* the child of a task's fork(): unrun */
+            /* the child of a task's fork(): the rest is the parent's to
+               run.  It waits, unrun, with what waited for the dispatch
+               thread, where the child's stop() finds the periodic ones
+               among it, pending there too. */
+            hwt_sink_put_back(default_sink, node);
             break;
         }
     }

@@ -831,6 +831,58 @@ def test_fork_inside_a_task_leaves_the_rest_of_its_batch_to_the_parent() -> None
     assert proc.stdout == "ok\n"
 
 
+def test_fork_inside_a_task_leaves_the_periodic_rest_of_its_batch_to_the_childs_stop() -> None:
+    """A task forks, and the child goes on: the periodic timeouts after it
+    in the batch, the parent's to run, are pending in the child as well, as
+    those the parent's dispatch thread held at any other fork: the child's
+    stop() returns them cancelled, and nothing is left pending."""
+    code = (
+        FORK_PRELUDE
+        + """
+    timer = hwtimer.HashedWheelTimer(0.05)
+    forked = []
+
+    def after_the_task():
+        with reported():
+            end = time.monotonic() + 10
+            while time.monotonic() < end and any(
+                t.name.endswith("-dispatch") for t in threading.enumerate()
+            ):
+                time.sleep(0.01)
+            left = timer.stop()
+            check(sorted(id(t) for t in left) == sorted(id(t) for t in everyone),
+                  "stop() did not return every periodic timeout")
+            check(all(t.is_cancelled() for t in everyone), "stop() did not cancel them")
+            check(timer.pending_timeouts() == 0, "still pending after stop()")
+        sys.stderr.flush()
+        os._exit(child_status())
+
+    def forker(t):
+        if forked:
+            return
+        pid = os.fork()
+        if pid == 0:
+            threading.Thread(target=after_the_task).start()
+            return  # as the parent does
+        forked.append(pid)
+
+    def other(t):
+        pass
+
+    everyone = [timer.new_periodic(forker, 0.2), timer.new_periodic(other, 0.2)]
+    everyone.append(timer.new_periodic(other, 60))
+    end = time.monotonic() + 10
+    while not forked and time.monotonic() < end:
+        time.sleep(0.01)
+    assert forked
+    assert wait_child(forked[0]) == 0
+    assert sorted(id(t) for t in timer.stop()) == sorted(id(t) for t in everyone)
+    print("ok", flush=True)
+"""
+    )
+    assert_runs_clean(code)
+
+
 def test_fork_and_exit_under_load_repeated() -> None:
     for i in range(5):
         proc = run_python(FORK_UNDER_LOAD, timeout=120, argv=(str(i),))
