@@ -335,14 +335,6 @@ static PyObject *sink_reader_gone(LoopSinkObject *self, PyObject *ref)
 static PyMethodDef reader_gone_def = {"_reader_gone", (PyCFunction)sink_reader_gone, METH_O,
                                       NULL};
 
-/* Watches `run`, the sink's _run() about to be posted to a loop that has
-   no readers, as the reader of one that has is watched: a loop closed with
-   it posted drops it unrun, and nothing else would tell.  Nothing takes
-   the batch that it was to run, so the worker, which wakes the posting
-   thread only for a batch that finds the sink empty, never wakes it for
-   the next one.  The latest post is the one watched: the loop runs its
-   posts in order, so one it dropped unrun is that one, or before it.
-   Returns 0, or -1 with an exception. */
 /* _post_gone(ref): the loop let go of the latest _run() posted to it.
    One that ran counted itself out of `posted` first (those posted before
    it ran before it), and tells nothing: only one dropped unrun asks the
@@ -356,6 +348,14 @@ static PyObject *sink_post_gone(LoopSinkObject *self, PyObject *ref)
 
 static PyMethodDef post_gone_def = {"_post_gone", (PyCFunction)sink_post_gone, METH_O, NULL};
 
+/* Watches `run`, the sink's _run() about to be posted to a loop that has
+   no readers, as the reader of one that has is watched: a loop closed with
+   it posted drops it unrun, and nothing else would tell.  Nothing takes
+   the batch that it was to run, so the worker, which wakes the posting
+   thread only for a batch that finds the sink empty, never wakes it for
+   the next one.  The latest post is the one watched: the loop runs its
+   posts in order, so one it dropped unrun is that one, or before it.
+   Returns 0, or -1 with an exception. */
 static int watch_post(LoopSinkObject *self, PyObject *run)
 {
     PyObject *gone = PyCFunction_New(&post_gone_def, (PyObject *)self);
