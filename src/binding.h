@@ -728,6 +728,8 @@ typedef struct {
     PyObject_HEAD
     PyObject *value; /* owned */
     bool enter;      /* value is a scope to enter when this is awaited */
+    bool spent;      /* was to enter, and has been awaited, closed or thrown
+                        into: as a finished coroutine, it runs no more */
 } DoneObject;
 
 /* hwtimer.TimeoutScope: asyncio.timeout() on the wheel. */

@@ -220,6 +220,7 @@ static int module_exec(PyObject *module)
     Py_INCREF(Py_None);
     done->value = Py_None;
     done->enter = false;
+    done->spent = false;
     st->done_none = (PyObject *)done;
     st->rejected_error = PyErr_NewExceptionWithDoc(
         "hwtimer.RejectedExecutionError",

@@ -28,12 +28,27 @@ static PyObject *done_await(DoneObject *self)
 
 static int scope_bind(ScopeObject *self);
 
+/* Marks an awaitable that was to enter its scope as done with, as a
+   coroutine is once it has run, been closed or been thrown into. */
+static void done_spend(DoneObject *self)
+{
+    if (self->enter) {
+        self->enter = false;
+        self->spent = true;
+    }
+}
+
 static PyObject *done_next(DoneObject *self)
 {
+    if (self->spent) {
+        /* awaiting it again must not hand back a scope it never entered */
+        PyErr_SetString(PyExc_RuntimeError, "cannot reuse already awaited coroutine");
+        return NULL;
+    }
     if (self->enter) {
         /* __aenter__()'s work is done when it is awaited, as a coroutine's
            would be: in the task (or not) that awaits it */
-        self->enter = false;
+        done_spend(self);
         if (scope_bind((ScopeObject *)self->value) < 0)
             return NULL;
     }
@@ -62,7 +77,7 @@ static PyObject *done_throw(DoneObject *self, PyObject *const *args, Py_ssize_t 
         PyErr_SetString(PyExc_TypeError, "throw() takes an exception, and maybe a value and tb");
         return NULL;
     }
-    self->enter = false;
+    done_spend(self);
     PyObject *typ = args[0], *val = nargs > 1 ? args[1] : Py_None;
     if (PyExceptionInstance_Check(typ))
         PyErr_SetObject((PyObject *)Py_TYPE(typ), typ);
@@ -77,7 +92,7 @@ static PyObject *done_throw(DoneObject *self, PyObject *const *args, Py_ssize_t 
 static PyObject *done_close(DoneObject *self, PyObject *unused)
 {
     (void)unused;
-    self->enter = false;
+    done_spend(self);
     Py_RETURN_NONE;
 }
 
@@ -124,6 +139,7 @@ static PyObject *done_new(hwtimer_state *st, PyObject *value)
     Py_INCREF(value);
     d->value = value;
     d->enter = false;
+    d->spent = false;
     return (PyObject *)d;
 }
 

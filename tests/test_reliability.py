@@ -697,6 +697,54 @@ def test_scope_binds_at_await_time(kind: str) -> None:
         assert loop.run_until_complete(main()) == ["refused"]
 
 
+def test_an_aenter_awaitable_runs_once() -> None:
+    """Awaited, closed or thrown into, the awaitable of __aenter__() is done
+    with, as a coroutine is: a second await raises RuntimeError instead of
+    handing back a scope it did not enter, whose block would then run with
+    no deadline."""
+
+    async def main() -> None:
+        def spend_by_await(aw: Any) -> None:
+            with pytest.raises(StopIteration):
+                aw.send(None)
+
+        def spend_by_close(aw: Any) -> None:
+            aw.close()
+
+        def spend_by_throw(aw: Any) -> None:
+            with pytest.raises(ValueError):
+                aw.throw(ValueError("x"))
+
+        for spend in (spend_by_await, spend_by_close, spend_by_throw):
+            cm = hwtimer.timeout(10)
+            aw = cm.__aenter__()
+            spend(aw)
+            with pytest.raises(RuntimeError, match="cannot reuse"):
+                aw.send(None)
+            if "active" in repr(cm):
+                await cm.__aexit__(None, None, None)
+            assert "active" not in repr(cm)
+        # one refused outside a task is done with too
+        cm = hwtimer.timeout(10)
+        aw = cm.__aenter__()
+        outcome: list[BaseException] = []
+
+        def drive() -> None:
+            for _ in range(2):
+                try:
+                    aw.send(None)
+                except (StopIteration, RuntimeError) as exc:
+                    outcome.append(exc)
+
+        asyncio.get_running_loop().call_soon(drive)
+        await asyncio.sleep(0.01)
+        assert [type(exc) for exc in outcome] == [RuntimeError, RuntimeError]
+        assert "cannot reuse" in str(outcome[1])
+        assert "created" in repr(cm)
+
+    asyncio.run(main())
+
+
 # ---- 15. a timer the cyclic GC frees ----
 
 
