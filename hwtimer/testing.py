@@ -72,7 +72,8 @@ class ManualTimer(_ManualTimer):
         The clock stops at each tick that hands callbacks to this loop while
         they, and the tasks they wake, run: they see that tick's ``time()``,
         and what they schedule before ``seconds`` have passed runs in the
-        same call.
+        same call.  An ``advance()`` that they (or another task) make
+        meanwhile moves the clock on top of this call's ``seconds``.
         """
         loop = asyncio.get_running_loop()
         self._target(seconds)  # bad input is refused before anything runs
@@ -83,10 +84,17 @@ class ManualTimer(_ManualTimer):
         while True:
             n, reached = self._advance_until(target, carry, loop)
             ran += n
+            left_at = self._now_ns()
             await _settle(self, loop)
-            if reached:
+            moved = self._now_ns() - left_at  # by other advances, meanwhile
+            if not moved and reached:
                 return ran
+            # their time comes on top of ours, within the 64-bit ns clock
+            target = min(target + moved, _CLOCK_END_NS)
 
+
+#: The last clock time in ns (the core keeps 2**63 - 1 for "never").
+_CLOCK_END_NS = 2**63 - 2
 
 #: How many times advance_async() yields, at most, for the loop to settle:
 #: a task that never waits must not hold it for ever.

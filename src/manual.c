@@ -185,6 +185,13 @@ static PyObject *manual_target(TimerObject *self, PyObject *arg)
     return Py_BuildValue("(Ld)", (long long)(atomic_load(&self->manual_now) + delta), carry);
 }
 
+/* _now_ns(): the clock in ns. */
+static PyObject *manual_now_ns(TimerObject *self, PyObject *unused)
+{
+    (void)unused;
+    return PyLong_FromLongLong((long long)atomic_load(&self->manual_now));
+}
+
 /* _advance_until(target_ns, carry, loop): advance_async()'s step, with
    what _target() returned: advances towards `target_ns`, stopping after a
    tick that handed callbacks to `loop`.  Returns (tasks run or handed
@@ -292,6 +299,8 @@ static PyMethodDef manual_methods[] = {
      "and the carry below a ns it would leave."},
     {"_advance_until", (PyCFunction)(void (*)(void))manual_advance_until, METH_FASTCALL,
      "_advance_until($self, target_ns, carry, loop, /)\n--\n\nadvance_async()'s step."},
+    {"_now_ns", (PyCFunction)manual_now_ns, METH_NOARGS,
+     "_now_ns($self, /)\n--\n\nThe clock in ns."},
     {"_holds", (PyCFunction)manual_holds, METH_O,
      "_holds($self, loop, /)\n--\n\nWhether callbacks handed to loop wait to run."},
     {NULL, NULL, 0, NULL},

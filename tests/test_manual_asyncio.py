@@ -289,6 +289,25 @@ def test_advance_async_moves_the_clock_after_the_tasks_made_before_it_start(
     run(main)
 
 
+def test_an_advance_from_a_callback_adds_to_a_running_advance_async(
+    manual_timer: ManualTimer, run: Any
+) -> None:
+    """advance_async(seconds) moves the clock by its own seconds: an
+    advance() that a callback makes meanwhile moves it further, as two
+    advance() calls in a row would, and the periodic runs of the whole span
+    all happen (those of new_periodic(), which advance() runs itself)."""
+
+    async def main() -> None:
+        runs: list[float] = []
+        manual_timer.new_periodic(lambda t: runs.append(manual_timer.time()), 0.1)
+        manual_timer.call_later(0.25, manual_timer.advance, 0.5)
+        await manual_timer.advance_async(1)
+        assert manual_timer.time() == 1.5
+        assert len(runs) == 15 and runs[-1] == 1.5
+
+    run(main)
+
+
 def test_advance_async_lets_a_task_woken_by_a_woken_task_schedule_at_its_tick(
     manual_timer: ManualTimer, run: Any
 ) -> None:
