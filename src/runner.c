@@ -494,12 +494,19 @@ uint64_t hwtimer_run_batch(hwt_sink *default_sink, hwt_timeout *node, bool paren
         Py_DECREF(to); /* the wheel's reference: may free the timer too */
         node = next;
         if (parents_only && hwtimer_forks != forks) {
-            if (held)
-                held[1] = NULL;
             /* the child of a task's fork(): the rest is the parent's to
                run.  It waits, unrun, with what waited for the dispatch
                thread, where the child's stop() finds the periodic ones
-               among it, pending there too. */
+               among it, pending there too; unless a stop() in the child
+               (on another thread, as the task ran) swept it already from
+               held[1], which it emptied: then nothing will take it from
+               the sink, and it is let go of here. */
+            if (held && !held[1]) {
+                hwtimer_release_chain(node);
+                break;
+            }
+            if (held)
+                held[1] = NULL;
             hwt_sink_put_back(default_sink, node);
             break;
         }

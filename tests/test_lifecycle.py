@@ -883,6 +883,67 @@ def test_fork_inside_a_task_leaves_the_periodic_rest_of_its_batch_to_the_childs_
     assert_runs_clean(code)
 
 
+def test_fork_inside_a_task_with_a_stop_in_the_child_lets_go_of_the_rest() -> None:
+    """A task forks, and in the child another thread calls stop() while the
+    task still runs: stop() sweeps the rest of the batch, which the
+    dispatch thread holds, and once the task returns nothing keeps those
+    timeouts, unrun, nor their tasks."""
+    code = (
+        FORK_PRELUDE
+        + """
+    import gc, weakref
+    timer = hwtimer.HashedWheelTimer(0.05)
+    forked = []
+    refs = []
+
+    class Task:
+        ran = False
+
+        def __call__(self, t):
+            self.ran = True
+
+    def stop_then_check():
+        with reported():
+            timer.stop()
+            end = time.monotonic() + 10
+            while time.monotonic() < end and any(
+                t.name.endswith("-dispatch") for t in threading.enumerate()
+            ):
+                time.sleep(0.01)
+            gc.collect()
+            kept = [r for r in refs if r() is not None and not r().ran]
+            check(not kept, f"{len(kept)} unrun tasks kept after stop()")
+        sys.stderr.flush()
+        os._exit(child_status())
+
+    def forker(t):
+        if forked:
+            return
+        pid = os.fork()
+        if pid == 0:
+            threading.Thread(target=stop_then_check).start()
+            time.sleep(0.5)  # the child's stop() runs meanwhile
+            return
+        forked.append(pid)
+
+    timer.new_timeout(forker, 0.2)
+    for _ in range(20):
+        task = Task()
+        refs.append(weakref.ref(task))
+        timer.new_timeout(task, 0.2)
+    del task
+    end = time.monotonic() + 10
+    while not forked and time.monotonic() < end:
+        time.sleep(0.01)
+    assert forked
+    assert wait_child(forked[0]) == 0
+    timer.stop()
+    print("ok", flush=True)
+"""
+    )
+    assert_runs_clean(code)
+
+
 def test_fork_and_exit_under_load_repeated() -> None:
     for i in range(5):
         proc = run_python(FORK_UNDER_LOAD, timeout=120, argv=(str(i),))
