@@ -487,9 +487,13 @@ uint64_t hwtimer_run_batch(hwt_sink *default_sink, hwt_timeout *node, bool paren
         hwtimer_timeout_track_if_held(to);
         if (held)
             held[0] = NULL; /* the reference it stood for goes */
-        /* the last reference frees it and its task, which may run Python
-           code (a __del__, a weakref callback): the next task begins after */
-        if (Py_REFCNT(to) == 1)
+        /* the last reference frees it, and with it its task or its timer
+           if it holds their last reference: those may run Python code (a
+           __del__, a weakref callback), and the next task begins after.
+           Freed alone, it runs none, and the read that ended this task
+           still starts the next one. */
+        if (Py_REFCNT(to) == 1 && ((to->task && Py_REFCNT(to->task) == 1) ||
+                                   Py_REFCNT((PyObject *)TIMER_OF(to)) == 1))
             batch.now = HWTIMER_UNREAD;
         Py_DECREF(to); /* the wheel's reference: may free the timer too */
         node = next;

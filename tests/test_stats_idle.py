@@ -6,6 +6,7 @@ import asyncio
 import logging
 import os
 import random
+import shutil
 import subprocess
 import sys
 import threading
@@ -220,6 +221,80 @@ def test_a_timeout_freed_between_tasks_shows_in_the_lateness_of_the_next(make_ti
     assert done.wait(10)
     assert wait_for(lambda: timer.stats()["late_samples"] == 2)
     assert timer.stats()["late_max"] >= 0.2
+
+
+_COUNT_CLOCK_READS = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <time.h>
+static __thread long reads;
+int clock_gettime(clockid_t id, struct timespec *ts)
+{
+    static int (*real)(clockid_t, struct timespec *);
+    if (!real)
+        real = (int (*)(clockid_t, struct timespec *))dlsym(RTLD_NEXT, "clock_gettime");
+    reads++;
+    return real(id, ts);
+}
+long clock_reads(void) { return reads; }
+"""
+
+_CLOCK_READS_PER_TASK = """
+import ctypes, os, threading, time
+import hwtimer
+lib = ctypes.PyDLL(os.environ["COUNT_LIB"])  # keeps the GIL
+lib.clock_reads.restype = ctypes.c_long
+seen = []
+done = threading.Event()
+N = 40
+
+def task(t):
+    seen.append(lib.clock_reads())  # this thread's reads so far
+    if len(seen) == N:
+        done.set()
+
+timer = hwtimer.HashedWheelTimer(0.05)
+timer.new_timeout(lambda t: None, 0)
+time.sleep(0.2)
+for _ in range(N):
+    timer.new_timeout(task, 0.2)  # each handle dropped at once
+assert done.wait(30)
+timer.stop()
+print(*[b - a for a, b in zip(seen, seen[1:])])
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="LD_PRELOAD of clock_gettime")
+@pytest.mark.skipif("LD_PRELOAD" in os.environ, reason="a preloaded runtime (a sanitizer's)")
+def test_a_timeout_freed_without_its_task_costs_no_clock_read(tmp_path):
+    # Timed tasks of a batch run back to back: the read that ends one
+    # starts the next.  A dropped handle leaves the wheel's reference the
+    # last, but freeing the timeout alone (its task lives on) runs no
+    # Python code, so it must not cost the next task a read of its own.
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if not cc:
+        pytest.skip("no C compiler")
+    src = tmp_path / "count.c"
+    src.write_text(_COUNT_CLOCK_READS)
+    lib = tmp_path / "libcount.so"
+    subprocess.run(
+        [cc, "-shared", "-fPIC", "-O2", "-o", str(lib), str(src), "-ldl"],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    env = dict(os.environ, COUNT_LIB=str(lib), LD_PRELOAD=str(lib))
+    proc = subprocess.run(
+        [sys.executable, "-c", _CLOCK_READS_PER_TASK],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stderr
+    reads = sorted(int(x) for x in proc.stdout.split())
+    # a batch cut by a tick in between may read once more where it begins
+    assert len(reads) == 39 and reads[len(reads) // 2] == 1, reads
 
 
 def test_a_failed_tasks_report_shows_in_the_lateness_of_the_task_after_it(make_timer):
