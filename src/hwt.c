@@ -913,6 +913,11 @@ void hwt_timer_unstart(hwt_timer *t)
     t->state = T_NEW;
 }
 
+bool hwt_timer_unstarted(const hwt_timer *t)
+{
+    return t->state == T_NEW && t->unstarted;
+}
+
 bool hwt_timer_started(const hwt_timer *t)
 {
     return t->state == T_STARTED;

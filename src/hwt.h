@@ -213,6 +213,9 @@ int hwt_timer_start(hwt_timer *t);
 void hwt_timer_unstart(hwt_timer *t);
 bool hwt_timer_started(const hwt_timer *t);
 bool hwt_timer_stopped(const hwt_timer *t);
+/* True once hwt_timer_unstart has taken the timer back: not started, but
+   it may hold timeouts, with deadlines counted from its first start. */
+bool hwt_timer_unstarted(const hwt_timer *t);
 /* True in a child of fork() for a timer started in the parent (it has no
    worker), or for one the child could not make usable (hwt_timer_start
    returns why): it cannot be started again. */

@@ -626,10 +626,13 @@ static bool same_settings(TimerObject *self, const hwt_config *cfg, PyObject *na
 }
 
 /* Returns 0 if the settings of the timer `self` can still change, or -1
-   with RuntimeError once it has been started. */
+   with RuntimeError once it has been started.  One whose start() failed
+   counts as started: what was scheduled meanwhile waits in its core for
+   the next start(), and a new core would drop it. */
 static int refuse_if_started(TimerObject *self)
 {
-    if (!hwt_timer_started(self->core) && !hwt_timer_stopped(self->core) && !self->dispatcher)
+    if (!hwt_timer_started(self->core) && !hwt_timer_stopped(self->core) &&
+        !hwt_timer_unstarted(self->core) && !self->dispatcher)
         return 0;
     PyErr_SetString(PyExc_RuntimeError,
                     "cannot change the settings of a timer that has been started");

@@ -199,6 +199,27 @@ def test_start_interrupted_as_its_dispatch_thread_starts_leaves_one(
     assert timer.stop() == []
 
 
+def test_init_after_a_start_that_failed_keeps_what_was_scheduled(make_timer, monkeypatch) -> None:
+    """What was scheduled while a start() failed stays on the timer for the
+    next start(): __init__ with other settings refuses them then, as for a
+    started timer, rather than give the timer a new wheel without them
+    (neither run nor returned by stop())."""
+    timer = make_timer(0.001)
+    scheduled: list = []
+    _refuse_dispatch_thread(monkeypatch, timer, scheduled)
+    with pytest.raises(RuntimeError):
+        timer.start()
+    monkeypatch.undo()
+    ((timeout, task),) = scheduled
+    with pytest.raises(RuntimeError, match="started"):
+        timer.__init__(tick_duration=0.002)
+    assert timer.tick_duration == 0.001
+    assert timer.pending_timeouts() == 1
+    timer.start()
+    assert task.ran.wait(DEADLINE)
+    assert timer.stop() == []
+
+
 def test_stop_after_a_start_that_failed_returns_what_was_scheduled(make_timer, monkeypatch) -> None:
     timer = make_timer(0.001)
     scheduled: list = []
