@@ -225,8 +225,11 @@ static void unlock_timer_after_fork(hwt_timer *t, bool child)
     pthread_mutex_unlock(&t->sinks_lock);
     pthread_mutex_unlock(&t->cancel_lock);
     pthread_mutex_unlock(&t->lock);
-    if (child && t->state == T_STARTED && !t->cfg.manual)
-        t->orphaned = true; /* its worker did not come along */
+    /* its worker did not come along; or it had one, taken back by
+       hwt_timer_unstart, and what it holds waits for the parent's next
+       start: a start here would run it a second time */
+    if (child && (t->state == T_STARTED || (t->state == T_NEW && t->unstarted)) && !t->cfg.manual)
+        t->orphaned = true;
     if (child && err) {
         t->fork_err = err;
         t->orphaned = true;
@@ -880,6 +883,8 @@ int hwt_timer_start(hwt_timer *t)
         return 0;
     if (t->state == T_STOPPED)
         return EALREADY;
+    if (t->orphaned) /* taken back before fork(): its timeouts are the parent's */
+        return HWT_ESTOPPED;
     if (!t->unstarted) /* else deadlines already count from the first start */
         atomic_store_explicit(&t->start_time, t->cfg.clock(t->cfg.clock_ctx),
                               memory_order_relaxed);

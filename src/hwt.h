@@ -200,7 +200,8 @@ void hwt_timer_decref(hwt_timer *t);
 /* Starts the worker (or, in manual mode, only the clock).  Returns 0, or
    an errno value: EALREADY once stopped, pthread_create's error, or, in a
    child of fork(), the error that kept the timer from being made usable
-   there (hwt_timer_orphaned is then true). */
+   there (hwt_timer_orphaned is then true), or HWT_ESTOPPED for one taken
+   back by hwt_timer_unstart before the fork. */
 int hwt_timer_start(hwt_timer *t);
 /* Takes a started timer back to not started, for an embedder whose own
    start failed after hwt_timer_start: stops the worker and waits for it.
@@ -217,8 +218,10 @@ bool hwt_timer_stopped(const hwt_timer *t);
    it may hold timeouts, with deadlines counted from its first start. */
 bool hwt_timer_unstarted(const hwt_timer *t);
 /* True in a child of fork() for a timer started in the parent (it has no
-   worker), or for one the child could not make usable (hwt_timer_start
-   returns why): it cannot be started again. */
+   worker; one taken back by hwt_timer_unstart too, whose timeouts are the
+   parent's, and whose hwt_timer_start returns HWT_ESTOPPED there), or for
+   one the child could not make usable (hwt_timer_start returns why): it
+   cannot be started again. */
 bool hwt_timer_orphaned(const hwt_timer *t);
 
 const hwt_config *hwt_timer_config(const hwt_timer *t);

@@ -574,6 +574,62 @@ def test_forked_child_uses_timers_and_inherited_timer_is_refused() -> None:
     assert_runs_clean(code)
 
 
+def test_forked_child_does_not_run_what_waits_on_a_timer_whose_start_failed() -> None:
+    """A timer whose start() failed keeps what was scheduled meanwhile for
+    its next start(): after fork() those timeouts are the parent's, which
+    runs them; the child cannot start that timer (it would run them a
+    second time), and its stop() returns them, as for a timer started
+    before fork()."""
+    code = (
+        FORK_PRELUDE
+        + """
+    timer = hwtimer.HashedWheelTimer(0.01)
+    ran = []
+    real_start = threading.Thread.start
+
+    def refuse(thread):
+        if not thread.name.endswith("-dispatch"):
+            real_start(thread)
+            return
+        scheduled.append(timer.new_timeout(lambda t: ran.append(os.getpid()), 0.01))
+        raise RuntimeError("can't start new thread")
+
+    scheduled = []
+    threading.Thread.start = refuse
+    try:
+        timer.start()
+    except RuntimeError:
+        pass
+    threading.Thread.start = real_start
+    check(len(scheduled) == 1, "nothing was scheduled while the start failed")
+
+    pid = os.fork()
+    if pid == 0:
+        with reported():
+            try:
+                timer.start()
+                check(False, "start() of the inherited timer was accepted")
+            except RuntimeError as e:
+                check("before fork()" in str(e), f"start() refused with: {e}")
+            time.sleep(0.1)
+            check(ran == [], "the parent's timeout ran in the child")
+            check(timer.stop() == scheduled, "stop() did not return the inherited timeout")
+        sys.stderr.flush()
+        os._exit(child_status())
+
+    assert wait_child(pid) == 0
+    timer.start()
+    end = time.monotonic() + 10
+    while not ran and time.monotonic() < end:
+        time.sleep(0.01)
+    assert ran == [os.getpid()], ran
+    assert timer.stop() == []
+    print("ok", flush=True)
+"""
+    )
+    assert_runs_clean(code)
+
+
 def test_forked_child_cannot_reset_an_inherited_timeout() -> None:
     """A timeout of a timer started before fork() never runs in the child,
     which has no worker for it: reset() there says False (nothing changes,
