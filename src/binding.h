@@ -211,9 +211,6 @@ struct TimerObject {
     TimerObject *running_next, *running_prev;
     bool running;  /* started, not stopped */
     bool stopping; /* in stopping_timers */
-    /* a subclass's start() that scheduling called is running: what it
-       schedules itself starts the timer with the built-in start */
-    bool in_own_start;
     /* owned list, or NULL: periodic timeouts whose run ended after stop()
        swept the wheel, and what a stop() that a signal interrupted would
        have returned, for stop() to return */

@@ -764,6 +764,16 @@ static int has_own_method(TimerObject *self, const char *name)
     return r;
 }
 
+/* The start() overrides this thread is in, innermost first: what one of
+   them schedules on its own timer starts it with the built-in start.  Per
+   thread: another thread's schedule meanwhile calls the override too, as
+   its own start() would. */
+struct own_start {
+    TimerObject *timer;
+    struct own_start *outer;
+};
+static _Thread_local struct own_start *own_starts;
+
 /* The start() that scheduling calls for a timer not started: a subclass's
    override, if its type has one, as API.md says new_timeout() calls
    start().  Should the override return with the timer not started, the
@@ -772,14 +782,18 @@ static int has_own_method(TimerObject *self, const char *name)
    raised. */
 static int call_own_start(TimerObject *self)
 {
-    if (hwt_timer_started(self->core) || self->in_own_start)
+    if (hwt_timer_started(self->core))
         return 0;
+    for (struct own_start *s = own_starts; s; s = s->outer)
+        if (s->timer == self)
+            return 0;
     int own = has_own_method(self, "start");
     if (own <= 0)
         return own;
-    self->in_own_start = true;
+    struct own_start in = {self, own_starts};
+    own_starts = &in;
     PyObject *r = PyObject_CallMethod((PyObject *)self, "start", NULL);
-    self->in_own_start = false;
+    own_starts = in.outer;
     Py_XDECREF(r);
     return r ? 0 : -1;
 }

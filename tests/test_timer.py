@@ -520,6 +520,44 @@ def test_a_subclass_start_that_schedules_first_is_not_called_again() -> None:
     assert calls == ["start"]
 
 
+def test_a_subclass_start_is_called_for_each_thread_that_schedules() -> None:
+    """While one thread is in a start() override, another thread's
+    schedule calls the override too, rather than start the timer with the
+    built-in start: an override that refuses refuses both schedules."""
+    inside = threading.Event()
+    go_on = threading.Event()
+    calls = []
+
+    class Refusing(HashedWheelTimer):
+        def start(self) -> None:
+            calls.append(threading.current_thread().name)
+            inside.set()
+            go_on.wait(DEADLINE)
+            raise OSError("not now")
+
+    refused = []
+
+    def schedule() -> None:
+        try:
+            timer.new_timeout(lambda t: None, 10)
+        except OSError:
+            refused.append(threading.current_thread().name)
+
+    with Refusing(0.01) as timer:
+        first = threading.Thread(target=schedule, name="first")
+        first.start()
+        assert inside.wait(DEADLINE)
+        second = threading.Thread(target=schedule, name="second")
+        second.start()
+        assert wait_for(lambda: len(calls) == 2 or not second.is_alive())
+        go_on.set()
+        first.join(DEADLINE)
+        second.join(DEADLINE)
+        assert sorted(calls) == ["first", "second"]
+        assert sorted(refused) == ["first", "second"]
+        assert timer.pending_timeouts() == 0
+
+
 def test_with_block_calls_a_subclass_stop() -> None:
     """A subclass that overrides stop() (to log, to flush) has it called at
     the end of a with block, as a context manager written in Python would;
