@@ -77,15 +77,18 @@ static PyObject *done_throw(DoneObject *self, PyObject *const *args, Py_ssize_t 
         PyErr_SetString(PyExc_TypeError, "throw() takes an exception, and maybe a value and tb");
         return NULL;
     }
-    done_spend(self);
     PyObject *typ = args[0], *val = nargs > 1 ? args[1] : Py_None;
-    if (PyExceptionInstance_Check(typ))
-        PyErr_SetObject((PyObject *)Py_TYPE(typ), typ);
-    else if (PyExceptionClass_Check(typ))
-        PyErr_SetObject(typ, val);
-    else
+    if (!PyExceptionInstance_Check(typ) && !PyExceptionClass_Check(typ)) {
+        /* refused, as a coroutine refuses it: not thrown in, nothing spent */
         PyErr_SetString(PyExc_TypeError,
                         "exceptions must be classes or instances deriving from BaseException");
+        return NULL;
+    }
+    done_spend(self);
+    if (PyExceptionInstance_Check(typ))
+        PyErr_SetObject((PyObject *)Py_TYPE(typ), typ);
+    else
+        PyErr_SetObject(typ, val);
     return NULL;
 }
 

@@ -745,6 +745,24 @@ def test_an_aenter_awaitable_runs_once() -> None:
     asyncio.run(main())
 
 
+def test_an_aenter_awaitable_refusing_a_throw_is_not_spent() -> None:
+    """A throw() refused with TypeError (what it is given is no exception)
+    throws nothing in: a coroutine stays unstarted, and so does the
+    awaitable of __aenter__(), whose await then enters the scope."""
+
+    async def main() -> None:
+        cm = hwtimer.timeout(10)
+        aw = cm.__aenter__()
+        with pytest.raises(TypeError):
+            aw.throw(1)
+        with pytest.raises(StopIteration):
+            aw.send(None)
+        assert "active" in repr(cm)
+        await cm.__aexit__(None, None, None)
+
+    asyncio.run(main())
+
+
 # ---- 15. a timer the cyclic GC frees ----
 
 
