@@ -78,10 +78,19 @@ static PyObject *done_throw(DoneObject *self, PyObject *const *args, Py_ssize_t 
         return NULL;
     }
     PyObject *typ = args[0], *val = nargs > 1 ? args[1] : Py_None;
+    PyObject *tb = nargs > 2 ? args[2] : Py_None;
+    /* refused, as a coroutine refuses them: not thrown in, nothing spent */
     if (!PyExceptionInstance_Check(typ) && !PyExceptionClass_Check(typ)) {
-        /* refused, as a coroutine refuses it: not thrown in, nothing spent */
         PyErr_SetString(PyExc_TypeError,
                         "exceptions must be classes or instances deriving from BaseException");
+        return NULL;
+    }
+    if (PyExceptionInstance_Check(typ) && val != Py_None) {
+        PyErr_SetString(PyExc_TypeError, "instance exception may not have a separate value");
+        return NULL;
+    }
+    if (tb != Py_None && !PyTraceBack_Check(tb)) {
+        PyErr_SetString(PyExc_TypeError, "throw() third argument must be a traceback object");
         return NULL;
     }
     done_spend(self);

@@ -21,6 +21,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -746,19 +747,24 @@ def test_an_aenter_awaitable_runs_once() -> None:
 
 
 def test_an_aenter_awaitable_refusing_a_throw_is_not_spent() -> None:
-    """A throw() refused with TypeError (what it is given is no exception)
-    throws nothing in: a coroutine stays unstarted, and so does the
+    """A throw() refused with TypeError (what it is given is no exception,
+    an instance with a separate value, a tb that is no traceback) throws
+    nothing in: a coroutine stays unstarted, and so does the
     awaitable of __aenter__(), whose await then enters the scope."""
 
     async def main() -> None:
-        cm = hwtimer.timeout(10)
-        aw = cm.__aenter__()
-        with pytest.raises(TypeError):
-            aw.throw(1)
-        with pytest.raises(StopIteration):
-            aw.send(None)
-        assert "active" in repr(cm)
-        await cm.__aexit__(None, None, None)
+        refused: list[tuple[Any, ...]] = [(1,), (ValueError("x"), 1), (ValueError, None, 5)]
+        for args in refused:
+            cm = hwtimer.timeout(10)
+            aw = cm.__aenter__()
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)  # 3.12's for 3 args
+                with pytest.raises(TypeError):
+                    aw.throw(*args)
+            with pytest.raises(StopIteration):
+                aw.send(None)
+            assert "active" in repr(cm)
+            await cm.__aexit__(None, None, None)
 
     asyncio.run(main())
 
