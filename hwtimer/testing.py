@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import threading
 from collections.abc import Iterator
 from datetime import timedelta
@@ -83,6 +84,7 @@ class ManualTimer(_ManualTimer):
         ran = 0
         while True:
             n, reached = self._advance_until(target, carry, loop)
+            carry = math.nan  # the clock's now, where others' seconds add to it
             ran += n
             left_at = self._now_ns()
             await _settle(self, loop)

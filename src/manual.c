@@ -72,22 +72,28 @@ static int64_t step(TimerObject *self, int64_t now, ran_count *ran)
    meant it to be; or, given a `loop`, stops after the first tick that
    handed callbacks to it, so that they run at that tick's time; or, once a
    task raised KeyboardInterrupt, stops after that tick, which is where the
-   clock then is.  Returns whether it reached `target`.  Called with
-   advance_lock. */
+   clock then is.  Returns whether it reached `target`.  A NaN `carry`
+   leaves the carry as it is (advance_async() set it already).  Called
+   with advance_lock. */
 static bool advance_to(TimerObject *self, int64_t target, double carry, PyObject *loop,
                        ran_count *ran)
 {
+    bool keep_carry = isnan(carry);
     int64_t next = step(self, atomic_load(&self->manual_now), ran);
-    self->manual_carry = 0;
+    if (!keep_carry)
+        self->manual_carry = 0;
     while (next <= target && !self->interrupted) {
         next = step(self, next, ran);
         if (loop && hwtimer_loop_sink_holds(self, loop))
             return false;
     }
-    if (self->interrupted)
+    if (self->interrupted) {
+        self->manual_carry = 0;
         return false;
+    }
     step(self, target, ran);
-    self->manual_carry = carry;
+    if (!keep_carry)
+        self->manual_carry = carry;
     return true;
 }
 
@@ -194,8 +200,11 @@ static PyObject *manual_now_ns(TimerObject *self, PyObject *unused)
 
 /* _advance_until(target_ns, carry, loop): advance_async()'s step, with
    what _target() returned: advances towards `target_ns`, stopping after a
-   tick that handed callbacks to `loop`.  Returns (tasks run or handed
-   over, whether it got there). */
+   tick that handed callbacks to `loop`.  The carry is the clock's from
+   the first step (NaN on the later ones: left as it is), so that an
+   advance() made while advance_async() waits goes on from it and the
+   seconds of both add up.  Returns (tasks run or handed over, whether it
+   got there). */
 static PyObject *manual_advance_until(TimerObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 3) {
@@ -218,9 +227,9 @@ static PyObject *manual_advance_until(TimerObject *self, PyObject *const *args, 
     ran_count ran;
     count_start(self, &ran);
     int64_t now = atomic_load(&self->manual_now);
-    if (target == now)
+    if (!isnan(carry))
         self->manual_carry = carry;
-    bool reached = target <= now || advance_to(self, target, carry, args[2], &ran);
+    bool reached = target <= now || advance_to(self, target, NAN, args[2], &ran);
     uint64_t n = count_end(self, &ran);
     if (advance_unlock(self) < 0)
         return NULL;

@@ -308,6 +308,27 @@ def test_an_advance_from_a_callback_adds_to_a_running_advance_async(
     run(main)
 
 
+def test_an_advance_from_a_callback_adds_its_fraction_of_a_ns_too(
+    manual_timer: ManualTimer, run: Any
+) -> None:
+    """The seconds of advance_async() and of an advance() that a callback
+    makes meanwhile add up below a ns too, as advance() calls in a row do:
+    the carry of neither is lost, so the clock reads what the same calls
+    in a row reach, however the fractions fall."""
+
+    async def main() -> None:
+        a, b, rest = 0.1 + 0.4e-9, 0.007 + 0.4e-9, 0.05e-9
+        in_a_row = ManualTimer()
+        for seconds in (a, b, rest):
+            in_a_row.advance(seconds)
+        manual_timer.call_later(0.05, manual_timer.advance, b)
+        await manual_timer.advance_async(a)
+        manual_timer.advance(rest)
+        assert manual_timer.time() == in_a_row.time()
+
+    run(main)
+
+
 def test_advance_async_lets_a_task_woken_by_a_woken_task_schedule_at_its_tick(
     manual_timer: ManualTimer, run: Any
 ) -> None:
