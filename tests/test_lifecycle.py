@@ -499,6 +499,15 @@ FORK_PRELUDE = """
     def child_status():
         return 1 if failed else 0
 
+    def task_returned(timeout=10):
+        # in the child of a task's fork(): waits until the task has returned
+        # and the dispatch thread's copy, which goes on in the child, ends
+        end = time.monotonic() + timeout
+        while time.monotonic() < end and any(
+            t.name.endswith("-dispatch") for t in threading.enumerate()
+        ):
+            time.sleep(0.01)
+
     @contextlib.contextmanager
     def reported():
         # in a fork child: what the checks raise fails the child, with its
@@ -921,11 +930,7 @@ def test_fork_inside_a_task_leaves_the_periodic_rest_of_its_batch_to_the_childs_
 
     def after_the_task():
         with reported():
-            end = time.monotonic() + 10
-            while time.monotonic() < end and any(
-                t.name.endswith("-dispatch") for t in threading.enumerate()
-            ):
-                time.sleep(0.01)
+            task_returned()
             left = timer.stop()
             check(sorted(id(t) for t in left) == sorted(id(t) for t in everyone),
                   "stop() did not return every periodic timeout")
@@ -982,11 +987,7 @@ def test_fork_inside_a_task_with_a_stop_in_the_child_lets_go_of_the_rest() -> No
     def stop_then_check():
         with reported():
             timer.stop()
-            end = time.monotonic() + 10
-            while time.monotonic() < end and any(
-                t.name.endswith("-dispatch") for t in threading.enumerate()
-            ):
-                time.sleep(0.01)
+            task_returned()
             gc.collect()
             kept = [r for r in refs if r() is not None and not r().ran]
             check(not kept, f"{len(kept)} unrun tasks kept after stop()")
