@@ -443,6 +443,8 @@ void hwtimer_keep_manual_error(TimerObject *timer, PyObject *exc);
    Registered when the first timer with an executor starts, so that it runs
    before the hooks of executors made earlier (they run last first). */
 void hwtimer_watch_thread_exit(hwtimer_state *st);
+/* Whether threading's exit hooks run (its executors refuse work). */
+bool hwtimer_threads_exiting(hwtimer_state *st);
 /* Logs `msg` at ERROR on the "hwtimer" logger; clears any failure. */
 void hwtimer_log_error(hwtimer_state *st, const char *msg);
 /* ns on a clock into seconds, exact for whole seconds, as time.monotonic()

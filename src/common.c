@@ -311,6 +311,27 @@ void hwtimer_watch_thread_exit(hwtimer_state *st)
     PyErr_Clear(); /* an older threading, or one already exiting */
 }
 
+bool hwtimer_threads_exiting(hwtimer_state *st)
+{
+    if (st->threads_exiting)
+        return true;
+    /* threading calls its exit hooks last registered first: a module
+       imported after the hook was registered (concurrent.futures imports
+       ThreadPoolExecutor lazily) shuts its executors down before the hook
+       runs.  threading sets _SHUTTING_DOWN before it calls any of them.
+       The exception set (the refusal) is kept. */
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyObject *flag = hwtimer_import_attr("threading", "_SHUTTING_DOWN");
+    int on = flag ? PyObject_IsTrue(flag) : 0;
+    Py_XDECREF(flag);
+    PyErr_Clear(); /* an older threading: the hook alone says so */
+    PyErr_Restore(type, value, tb);
+    if (on > 0)
+        st->threads_exiting = true;
+    return on > 0;
+}
+
 /* Copies `name` cut to the 15 bytes Linux keeps of a thread's name, never
    in the middle of a UTF-8 sequence. */
 void hwtimer_native_name(const char *name, char out[16])

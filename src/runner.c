@@ -417,7 +417,7 @@ void hwtimer_dispatch_timeout(TimerObject *timer, TimeoutObject *to, hwtimer_bat
     /* A refused task still runs exactly once: here.  Executors refuse all
        work once threading's exit hooks shut them down; other refusals are
        errors worth a log line. */
-    if (timer->module_state->threads_exiting) {
+    if (hwtimer_threads_exiting(timer->module_state)) {
         PyErr_Clear();
     } else {
         timer->task_errors++;

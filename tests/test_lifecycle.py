@@ -384,6 +384,40 @@ def test_exit_with_executor_tasks_in_flight() -> None:
         assert proc.stderr == ""
 
 
+def test_exit_refusals_unlogged_with_an_executor_module_imported_late() -> None:
+    """threading calls its exit hooks last registered first: a pool
+    module imported after a timer with an executor started (as
+    concurrent.futures imports ThreadPoolExecutor lazily) shuts its pools
+    down before hwtimer's hook runs.  Their refusals at exit are expected
+    all the same: the tasks run on the dispatch thread, with no log line."""
+    code = """
+        import concurrent.futures, time, hwtimer
+
+        class Inline:
+            def submit(self, fn, *args):
+                future = concurrent.futures.Future()
+                future.set_result(fn(*args))
+                return future
+
+        first = hwtimer.HashedWheelTimer(0.01, executor=Inline())
+        first.start()
+        from concurrent.futures import ThreadPoolExecutor
+
+        pool = ThreadPoolExecutor(2)
+        timer = hwtimer.HashedWheelTimer(0.001, executor=pool)
+        ran = []
+        timer.new_timeout(lambda timeout: time.sleep(0.5), 0)
+        timer.new_periodic(ran.append, 0.001)
+        while len(ran) < 3:
+            time.sleep(0.01)
+        print("ready", flush=True)
+    """
+    proc = run_python(code, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "ready\n"
+    assert proc.stderr == ""
+
+
 def test_exit_hook_calls_a_subclass_stop() -> None:
     """At interpreter exit a timer whose class overrides stop() is stopped
     by its override, as a with block would stop it; an override that
