@@ -140,7 +140,13 @@ static PyObject *submitted_done(PyObject *timeout, PyObject *future)
         Py_RETURN_NONE;
     }
     if (exc) { /* else exception() raised, e.g. CancelledError: log that */
-        PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+        if (PyExceptionInstance_Check(exc))
+            PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+        else /* a future-like object's: PyErr_SetObject() takes exceptions only */
+            PyErr_Format(PyExc_TypeError,
+                         "an executor's future returned %.200s from exception(), not an "
+                         "exception or None",
+                         hwtimer_type_name(Py_TYPE(exc)));
         Py_DECREF(exc);
     }
     TimeoutObject *to = (TimeoutObject *)timeout;

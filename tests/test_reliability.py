@@ -334,6 +334,33 @@ def test_executor_failure_after_submit_is_logged_and_counted(
     assert timer.stats()["expired"] == 1
 
 
+def test_future_whose_exception_is_not_one_is_a_type_error(
+    make_timer: Callable[..., hwtimer.HashedWheelTimer], caplog: pytest.LogCaptureFixture
+) -> None:
+    # A future-like object whose exception() returns something other than
+    # an exception or None: the log says what is wrong, as a TypeError.
+    class OddFuture:
+        def add_done_callback(self, callback: Callable[[Any], None]) -> None:
+            callback(self)
+
+        def exception(self) -> Any:
+            return "failed"
+
+    class OddExecutor:
+        def submit(self, fn: Any, *args: Any) -> OddFuture:
+            return OddFuture()
+
+    timer = make_timer(executor=OddExecutor())
+    with caplog.at_level(logging.WARNING, logger="hwtimer"):
+        timer.new_timeout(lambda t: None, 0)
+        assert wait_for(lambda: timer.stats()["task_errors"] == 1)
+        assert wait_for(lambda: len(caplog.records) == 1)
+    (record,) = caplog.records
+    assert record.exc_info is not None
+    assert isinstance(record.exc_info[1], TypeError), record.exc_info[1]
+    assert "str" in str(record.exc_info[1])
+
+
 def test_one_shot_whose_submission_fails_is_released(
     make_timer: Callable[..., hwtimer.HashedWheelTimer], monkeypatch: pytest.MonkeyPatch
 ) -> None:
