@@ -5,8 +5,9 @@
  * callbacks for that loop to the sink and signals its wake fd (hwt_sys.h:
  * an eventfd or a pipe) once; the loop watches the fd with add_reader() and
  * runs the whole batch in its own thread.  A loop that cannot watch a file
- * descriptor (add_reader raises NotImplementedError, as Windows' Proactor
- * loop and some custom loops do) is served by a posting thread instead:
+ * descriptor (it has no add_reader, or add_reader raises
+ * NotImplementedError, as Windows' Proactor loop and some custom loops do)
+ * is served by a posting thread instead:
  * it waits on the fd and hands each batch over with one
  * call_soon_threadsafe.  The thread holds the sink only while the loop
  * has no batch of it posted: a loop left unclosed is collected
@@ -584,7 +585,8 @@ static int start_poster(LoopSinkObject *self)
 }
 
 /* _register(): in the loop's thread, has the loop watch the wake fd, or,
-   when it cannot (add_reader raises NotImplementedError), starts the
+   when it cannot (it has no add_reader, or add_reader raises
+   NotImplementedError), starts the
    posting thread.  On failure the sink is closed: nothing would run its
    callbacks. */
 static PyObject *sink_register(LoopSinkObject *self, PyObject *unused)
@@ -610,6 +612,8 @@ static PyObject *sink_register(LoopSinkObject *self, PyObject *unused)
        caller's, whose contextvars would live as long as the loop */
     hwtimer_state *st = hwtimer_state_of_type(Py_TYPE(self));
     PyObject *add = ref ? PyObject_GetAttrString(loop, "add_reader") : NULL;
+    /* a loop with no add_reader() at all cannot watch the fd either */
+    bool no_add = ref && !add && PyErr_ExceptionMatches(PyExc_AttributeError);
     PyObject *context = add ? HWT_NEW_CONTEXT(st) : NULL;
     PyObject *r = context ? PyObject_CallFunction(st->context_run, "OOiO", context, add,
                                                   self->wakefd.read_fd, reader)
@@ -620,7 +624,7 @@ static PyObject *sink_register(LoopSinkObject *self, PyObject *unused)
         Py_CLEAR(self->reader_ref); /* not the loop's: its end tells nothing */
     Py_XDECREF(reader);
     Py_DECREF(loop);
-    if (!r && PyErr_ExceptionMatches(PyExc_NotImplementedError)) {
+    if (!r && (no_add || PyErr_ExceptionMatches(PyExc_NotImplementedError))) {
         PyErr_Clear();
         if (self->closed) /* its timer went while add_reader ran */
             Py_RETURN_NONE;

@@ -285,6 +285,65 @@ def test_posting_thread_that_fails_to_start_changes_nothing(
     assert wait_for(lambda: not _posters(timer))
 
 
+class BareLoop:
+    """A loop of the least that call_later(loop=) asks for: is_closed() and
+    call_soon_threadsafe(), whose callbacks run in a thread of its own.  It
+    has no add_reader() at all."""
+
+    def __init__(self) -> None:
+        self._calls: list[Any] = []
+        self._ready = threading.Condition()
+        self._closed = False
+        self.thread = threading.Thread(target=self._run)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while True:
+            with self._ready:
+                while not self._calls and not self._closed:
+                    self._ready.wait()
+                if not self._calls:
+                    return
+                callback, args = self._calls.pop(0)
+            callback(*args)
+
+    def is_closed(self) -> bool:
+        return self._closed
+
+    def call_soon_threadsafe(self, callback: Callable[..., object], *args: Any, **kw: Any) -> None:
+        with self._ready:
+            if self._closed:
+                raise RuntimeError("Event loop is closed")
+            self._calls.append((callback, args))
+            self._ready.notify()
+
+    def close(self) -> None:
+        with self._ready:
+            self._closed = True
+            self._ready.notify()
+        self.thread.join(DEADLINE)
+
+
+def test_a_loop_without_add_reader_gets_its_callbacks_posted(make_timer: Any) -> None:
+    # No add_reader() is no way to watch a descriptor, as one that raises
+    # NotImplementedError: the batches are posted, not lost.
+    timer = make_timer(0.01, 64)
+    loop = BareLoop()
+    ran = threading.Event()
+    threads: list[threading.Thread] = []
+    try:
+        handle = timer.call_later(
+            0.01, lambda: (threads.append(threading.current_thread()), ran.set()), loop=loop
+        )
+        assert ran.wait(DEADLINE)
+        assert threads == [loop.thread]
+        assert handle.is_expired() and not handle.is_cancelled()
+        assert len(_posters(timer)) == 1
+    finally:
+        timer.stop()
+        loop.close()
+
+
 def test_scheduled_from_another_thread_before_the_loop_runs(make_timer: Any) -> None:
     # The sink is registered from the loop's own thread once it runs.
     timer = make_timer(0.01, 64)
