@@ -64,9 +64,9 @@ static LoopSinkObject *sink_at(PyObject *sinks, Py_ssize_t i)
    to it, which may hold the loop.  The sink holds it, to wake the thread.
    All of it is used with the GIL held. */
 typedef struct LoopPoster {
-    /* owned: the sink's, taken over when the thread was made; closed when
-       both the thread and the sink have let go, so the thread never polls
-       a closed (maybe reused) descriptor */
+    /* owned: the sink's, taken over when the thread was made; closed by
+       the thread as it ends (or, if it never ran, when the sink lets go),
+       so the thread never polls a closed (maybe reused) descriptor */
     hwt_wakefd wakefd;
     PyObject *sink_ref; /* owned weak reference to the sink */
     /* owned, or NULL: the sink, held for its loop (which holds a reader
@@ -121,8 +121,8 @@ static bool loop_is_open(LoopSinkObject *self)
 }
 
 /* Closes the wake fd; once a posting thread has it, wakes that thread
-   instead, which ends once it sees the sink closed or gone (the fd is
-   closed when both have let go of the poster). */
+   instead, which ends once it sees the sink closed or gone, and closes
+   the fd as it ends. */
 static void close_fd(LoopSinkObject *self)
 {
     LoopPoster *p = self->post;
@@ -138,8 +138,10 @@ static void close_fd(LoopSinkObject *self)
         return;
     }
     if (p) {
-        /* the poster owns it: it outlives the sink or the thread */
-        hwt_wakefd_signal(p->wakefd.write_fd);
+        /* the poster owns it: it outlives the sink or the thread, which
+           closes it as it ends */
+        if (p->wakefd.write_fd >= 0)
+            hwt_wakefd_signal(p->wakefd.write_fd);
         return;
     }
     hwt_wakefd_close(&self->wakefd);
@@ -486,6 +488,12 @@ static PyObject *sink_post(PyObject *capsule, PyObject *unused)
     LoopSinkObject *s = sink_of_ref(p->sink_ref);
     if (s && (err || type || !sink_finished(s)))
         sink_close(s); /* nothing watches it any more */
+    /* The sink is closed, gone or finished: the worker signals the fd no
+       more, and neither does the sink once it is closed here.  Closed now,
+       not when the sink goes, which the handles of its timeouts delay. */
+    hwt_wakefd_close(&p->wakefd);
+    if (s)
+        s->sink.wake_fd = -1;
     Py_XDECREF(s);
     if (err) {
         hwtimer_core_error(NULL, err, "wait on the wake fd");

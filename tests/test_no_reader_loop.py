@@ -167,6 +167,29 @@ def test_closed_loop_stops_its_posting_thread(make_timer: Any) -> None:
     assert ran == []
 
 
+def test_posting_thread_closes_the_wake_fd_as_it_ends(make_timer: Any) -> None:
+    # A handle kept after its loop has closed keeps the sink, but not its
+    # descriptor: a service that keeps its handles does not run out of fds.
+    timer = make_timer(0.01, 64)
+    before = wake_fds()
+    handles = []
+
+    async def schedule() -> None:
+        handles.append(timer.call_later(0, lambda: None))
+        await asyncio.sleep(0.05)
+
+    for _ in range(5):
+        loop = NoReaderLoop()
+        try:
+            loop.run_until_complete(schedule())
+        finally:
+            loop.close()
+    del loop  # collected, each loop's posting thread ends
+    assert wait_for(lambda: gc.collect() >= 0 and not _posters(timer))
+    assert all(handle.is_expired() for handle in handles)
+    assert wait_for(lambda: wake_fds() == before)
+
+
 def test_loop_closed_with_a_batch_posted_to_it_stops_its_posting_thread(
     make_timer: Any,
 ) -> None:
