@@ -103,12 +103,16 @@ _CLOCK_END_NS = 2**63 - 2
 _SETTLE_STEPS = 100
 
 
+#: A task's _fut_waiter when it has none (not an asyncio task).
+_UNSAID = object()
+
+
 def _task_ready(task: asyncio.Task[object]) -> bool:
     """Whether `task` is due to take a step: made and not started, or woken
     (the future it waits on is done, its wake-up queued)."""
-    if task.done() or not hasattr(task, "_fut_waiter"):
-        return False  # done, or a task that does not say
-    waiter: Any = getattr(task, "_fut_waiter", None)
+    waiter: Any = getattr(task, "_fut_waiter", _UNSAID)
+    if waiter is _UNSAID or task.done():
+        return False  # a task that does not say, or done
     return waiter is None or bool(waiter.done())
 
 
