@@ -557,6 +557,32 @@ FORK_PRELUDE = """
         ev = threading.Event()
         timer.new_timeout(lambda t: ev.set(), delay)
         return ev.wait(timeout)
+
+    def forking_task(in_child, linger=0.0):
+        # a task that forks, the first time it runs: in the child, in_child
+        # runs on a new thread while the task lingers, then returns as the
+        # parent's does.  Returns the task and forked_pid(), which waits
+        # for the fork and gives the child's pid.
+        forked = []
+
+        def forker(t):
+            if forked:
+                return
+            pid = os.fork()
+            if pid == 0:
+                threading.Thread(target=in_child).start()
+                time.sleep(linger)
+                return
+            forked.append(pid)
+
+        def forked_pid(timeout=10):
+            end = time.monotonic() + timeout
+            while not forked and time.monotonic() < end:
+                time.sleep(0.01)
+            assert forked, "the task did not fork"
+            return forked[0]
+
+        return forker, forked_pid
 """
 
 
@@ -960,7 +986,6 @@ def test_fork_inside_a_task_leaves_the_periodic_rest_of_its_batch_to_the_childs_
         FORK_PRELUDE
         + """
     timer = hwtimer.HashedWheelTimer(0.05)
-    forked = []
 
     def after_the_task():
         with reported():
@@ -973,25 +998,14 @@ def test_fork_inside_a_task_leaves_the_periodic_rest_of_its_batch_to_the_childs_
         sys.stderr.flush()
         os._exit(child_status())
 
-    def forker(t):
-        if forked:
-            return
-        pid = os.fork()
-        if pid == 0:
-            threading.Thread(target=after_the_task).start()
-            return  # as the parent does
-        forked.append(pid)
+    forker, forked_pid = forking_task(after_the_task)
 
     def other(t):
         pass
 
     everyone = [timer.new_periodic(forker, 0.2), timer.new_periodic(other, 0.2)]
     everyone.append(timer.new_periodic(other, 60))
-    end = time.monotonic() + 10
-    while not forked and time.monotonic() < end:
-        time.sleep(0.01)
-    assert forked
-    assert wait_child(forked[0]) == 0
+    assert wait_child(forked_pid()) == 0
     assert sorted(id(t) for t in timer.stop()) == sorted(id(t) for t in everyone)
     print("ok", flush=True)
 """
@@ -1009,7 +1023,6 @@ def test_fork_inside_a_task_with_a_stop_in_the_child_lets_go_of_the_rest() -> No
         + """
     import gc, weakref
     timer = hwtimer.HashedWheelTimer(0.05)
-    forked = []
     refs = []
 
     class Task:
@@ -1028,27 +1041,15 @@ def test_fork_inside_a_task_with_a_stop_in_the_child_lets_go_of_the_rest() -> No
         sys.stderr.flush()
         os._exit(child_status())
 
-    def forker(t):
-        if forked:
-            return
-        pid = os.fork()
-        if pid == 0:
-            threading.Thread(target=stop_then_check).start()
-            time.sleep(0.5)  # the child's stop() runs meanwhile
-            return
-        forked.append(pid)
-
+    # the child's stop() runs while the task lingers
+    forker, forked_pid = forking_task(stop_then_check, linger=0.5)
     timer.new_timeout(forker, 0.2)
     for _ in range(20):
         task = Task()
         refs.append(weakref.ref(task))
         timer.new_timeout(task, 0.2)
     del task
-    end = time.monotonic() + 10
-    while not forked and time.monotonic() < end:
-        time.sleep(0.01)
-    assert forked
-    assert wait_child(forked[0]) == 0
+    assert wait_child(forked_pid()) == 0
     timer.stop()
     print("ok", flush=True)
 """

@@ -320,17 +320,27 @@ class LateFailingExecutor:
         return fut
 
 
-def test_executor_failure_after_submit_is_logged_and_counted(
-    make_timer: Callable[..., hwtimer.HashedWheelTimer], caplog: pytest.LogCaptureFixture
-) -> None:
-    timer = make_timer(executor=LateFailingExecutor())
+def the_one_task_error(
+    timer: hwtimer.HashedWheelTimer, caplog: pytest.LogCaptureFixture
+) -> BaseException | None:
+    """Schedules a task due now on `timer`, whose executor fails it, waits
+    for the one task error counted and logged, and returns the exception
+    the "hwtimer" logger's record carries."""
     with caplog.at_level(logging.WARNING, logger="hwtimer"):
         timer.new_timeout(lambda t: None, 0)
         assert wait_for(lambda: timer.stats()["task_errors"] == 1)
         assert wait_for(lambda: len(caplog.records) == 1)
     (record,) = caplog.records
     assert record.name == "hwtimer" and record.exc_info is not None
-    assert isinstance(record.exc_info[1], TypeError)
+    return record.exc_info[1]
+
+
+def test_executor_failure_after_submit_is_logged_and_counted(
+    make_timer: Callable[..., hwtimer.HashedWheelTimer], caplog: pytest.LogCaptureFixture
+) -> None:
+    timer = make_timer(executor=LateFailingExecutor())
+    error = the_one_task_error(timer, caplog)
+    assert isinstance(error, TypeError)
     assert timer.stats()["expired"] == 1
 
 
@@ -350,15 +360,9 @@ def test_future_whose_exception_is_not_one_is_a_type_error(
         def submit(self, fn: Any, *args: Any) -> OddFuture:
             return OddFuture()
 
-    timer = make_timer(executor=OddExecutor())
-    with caplog.at_level(logging.WARNING, logger="hwtimer"):
-        timer.new_timeout(lambda t: None, 0)
-        assert wait_for(lambda: timer.stats()["task_errors"] == 1)
-        assert wait_for(lambda: len(caplog.records) == 1)
-    (record,) = caplog.records
-    assert record.exc_info is not None
-    assert isinstance(record.exc_info[1], TypeError), record.exc_info[1]
-    assert "str" in str(record.exc_info[1])
+    error = the_one_task_error(make_timer(executor=OddExecutor()), caplog)
+    assert isinstance(error, TypeError), error
+    assert "str" in str(error)
 
 
 def test_one_shot_whose_submission_fails_is_released(
