@@ -539,6 +539,9 @@ PyObject *hwtimer_timeout_from_node(hwt_timeout *node);
 void hwtimer_track_taken_back(hwtimer_state *st);
 /* Drops the wheel's references to a chain of nodes (link.next). */
 void hwtimer_release_chain(hwt_timeout *node);
+/* Releases the timeouts that the core handed back (released while the GIL
+   was not held, or unlinked by a walk of the wheel). */
+void hwtimer_release_handed_back(hwt_timer *core);
 double hwtimer_deadline_seconds(TimeoutObject *to);
 /* Timeout.cancel(), which call_later()'s Timeout extends. */
 PyObject *hwtimer_timeout_cancel(TimeoutObject *self, PyObject *unused);

@@ -63,7 +63,7 @@ static PyObject *dispatch_run(DispatchObject *self, PyObject *unused)
         while (!batch && !finished && !hwt_timer_has_released(self->core));
         Py_END_ALLOW_THREADS
         /* what producers did not take in passing */
-        hwtimer_release_chain(hwt_timer_take_released(self->core));
+        hwtimer_release_handed_back(self->core);
         if (finished)
             break;
         hwtimer_run_batch(default_sink, batch, true, self->held);

@@ -63,7 +63,7 @@ static int64_t step(TimerObject *self, int64_t now, ran_count *ran)
         ran->periodic += hwtimer_run_batch(default_sink, batch, false, NULL);
         next = hwt_timer_advance(self->core, now); /* nothing is due: it transfers */
     }
-    hwtimer_release_chain(hwt_timer_take_released(self->core));
+    hwtimer_release_handed_back(self->core);
     return next;
 }
 

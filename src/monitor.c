@@ -51,15 +51,6 @@ static void snapshot_clear(snapshot *s)
     PyMem_Free(s->items);
 }
 
-/* Releases the cancelled timeouts that the walk unlinked (a last reference
-   may run a task's __del__ here, which is safe): as a tick of the worker
-   would have, so that no reference to their tasks stays behind. */
-static void release_processed(TimerObject *timer)
-{
-    if (hwt_timer_has_released(timer->core))
-        hwtimer_release_chain(hwt_timer_take_released(timer->core));
-}
-
 PyObject *hwtimer_pending_snapshot(TimerObject *timer, size_t limit)
 {
     snapshot s = {NULL, 0, 0, false};
@@ -78,7 +69,10 @@ PyObject *hwtimer_pending_snapshot(TimerObject *timer, size_t limit)
     for (size_t i = 0; i < s.n; i++)
         PyList_SET_ITEM(list, (Py_ssize_t)i, s.items[i]); /* the list takes it */
     PyMem_Free(s.items);
-    release_processed(timer);
+    /* the cancelled timeouts that the walk unlinked go now, as a tick of
+       the worker would let them go, so that nothing keeps their tasks (a
+       last reference may run a __del__ here, which is safe) */
+    hwtimer_release_handed_back(timer->core);
     return list;
 }
 
@@ -182,6 +176,6 @@ PyObject *hwtimer_timer_stats(TimerObject *self, PyObject *unused)
         Py_DECREF(d);
         return NULL;
     }
-    release_processed(self);
+    hwtimer_release_handed_back(self->core); /* as in pending_snapshot() */
     return d;
 }

@@ -17,9 +17,9 @@
    pymalloc and had the next tick's schedules allocate again. */
 #define MAX_FREE_TIMEOUTS 16384
 
-/* Releases what the worker handed back.  Out of line: most schedules find
-   nothing, and need none of the registers this takes. */
-__attribute__((noinline)) static void release_handed_back(hwt_timer *core)
+/* Out of line: most schedules find nothing, and need none of the
+   registers this takes. */
+__attribute__((noinline)) void hwtimer_release_handed_back(hwt_timer *core)
 {
     hwtimer_release_chain(hwt_timer_take_released(core));
 }
@@ -30,7 +30,7 @@ PyObject *hwtimer_timeout_new(TimerObject *timer, PyTypeObject *tp, hwt_sink *si
        held already, rather than on the dispatch thread, which would have to
        win the GIL from this producer. */
     if (hwt_timer_has_released(timer->core))
-        release_handed_back(timer->core);
+        hwtimer_release_handed_back(timer->core);
     hwtimer_state *st = timer->module_state;
     TimeoutObject *to;
     if (tp == st->timeout_type && st->free_timeouts) {

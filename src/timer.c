@@ -230,7 +230,7 @@ static PyObject *manual_stop(TimerObject *self)
     running_remove(self);
     hwt_timeout *left = hwt_timer_stop(self->core);
     run_expired_here(self);
-    hwtimer_release_chain(hwt_timer_take_released(self->core));
+    hwtimer_release_handed_back(self->core);
     hwtimer_manual_unlock(self);
     return stop_list(self, left);
 }
@@ -321,7 +321,7 @@ int hwtimer_timer_start(TimerObject *self)
             Py_CLEAR(self->dispatcher);
         } /* else its thread runs (started, and interrupted only after): it
              runs what expired, and lets a stop() go */
-        hwtimer_release_chain(hwt_timer_take_released(self->core));
+        hwtimer_release_handed_back(self->core);
         PyErr_Restore(type, value, tb);
         return -1;
     }
@@ -367,7 +367,7 @@ static PyObject *stop_and_wait(TimerObject *self, DispatchObject *d)
     }
     else if (d->abandoned) /* its start() failed: they run here, as no dispatch thread will */
         run_expired_here(self);
-    hwtimer_release_chain(hwt_timer_take_released(self->core));
+    hwtimer_release_handed_back(self->core);
     if (self->stop_waiter == getpid())
         return PyList_New(0); /* the call that stopped it returns them */
     hwt_timeout *left = self->stop_left;
@@ -386,7 +386,7 @@ PyObject *hwtimer_timer_stop(TimerObject *self)
            the timer stopped and keeps it for stop_list(), or it is handed
            to the executor, where stop_list() finds it */
         run_expired_here(self);
-        hwtimer_release_chain(hwt_timer_take_released(self->core));
+        hwtimer_release_handed_back(self->core);
         return stop_list(self, left);
     }
     DispatchObject *d = (DispatchObject *)self->dispatcher;
