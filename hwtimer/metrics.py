@@ -271,6 +271,51 @@ def _require_methods(obj: Any, what: str, kind: str, *methods: str) -> None:
 _otel_meters: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
 _otel_lock = threading.Lock()
 
+#: The proxy meters register_otel() has used while they had no meter behind
+#: them yet.  ``opentelemetry.metrics.get_meter()`` before the service sets
+#: its MeterProvider returns a new proxy each call; once the provider is
+#: set, each proxy hands its instruments to that provider's meter of the
+#: proxy's name, version and schema URL, the one meter the provider has for
+#: them.  So two such proxies, or one and that meter, are one meter.  (The
+#: proxies live as long as the API's proxy provider, which holds them all.)
+_otel_proxies: list[Any] = []
+
+
+def _proxy_meter_class() -> type | None:
+    """The OpenTelemetry API's proxy meter class, or None if it has moved:
+    then meters are known by identity alone."""
+    try:
+        internal = importlib.import_module("opentelemetry.metrics._internal")
+    except ImportError:
+        return None
+    cls = getattr(internal, "_ProxyMeter", None)
+    return cls if isinstance(cls, type) else None
+
+
+def _scope(meter: Any) -> tuple[Any, ...]:
+    return (meter.name, meter.version, meter.schema_url)
+
+
+def _otel_used(meter: Any) -> bool:
+    """Whether register_otel() has made its instruments on `meter`, or on
+    a meter that is or will be the same (see _otel_proxies).  Called with
+    _otel_lock held."""
+    proxy_cls = _proxy_meter_class()
+    if proxy_cls is not None and isinstance(meter, proxy_cls):
+        real = getattr(meter, "_real_meter", None)
+        if real is None:  # not set yet: it becomes its scope's meter
+            scope = _scope(meter)
+            return any(
+                p is meter or (getattr(p, "_real_meter", None) is None and _scope(p) == scope)
+                for p in _otel_proxies
+            )
+        if any(p is meter for p in _otel_proxies):
+            return True
+        meter = real
+    if _otel_meters.get(id(meter)) is meter:
+        return True
+    return any(getattr(p, "_real_meter", None) is meter for p in _otel_proxies)
+
 
 def register_otel(meter: Any, *timers: HashedWheelTimer) -> list[Any]:
     """Creates on `meter` (an OpenTelemetry ``Meter``) one observable
@@ -283,17 +328,31 @@ def register_otel(meter: Any, *timers: HashedWheelTimer) -> list[Any]:
     timer_set = _Timers(timers)
     _require_methods(meter, "meter", "an OpenTelemetry Meter", *_OTEL_KINDS.values())
     with _otel_lock:
-        if _otel_meters.get(id(meter)) is meter:
+        if _otel_used(meter):
             raise ValueError(
                 "this meter has hwtimer's instruments already: register_otel() takes"
                 " all timers of one meter in one call"
             )
         instruments = _create_otel(otel, meter, timer_set)
-        try:
-            _otel_meters[id(meter)] = meter
-        except TypeError:  # a meter that cannot be weakly referenced goes unchecked
-            pass
+        _otel_remember(meter)
     return instruments
+
+
+def _otel_remember(meter: Any) -> None:
+    """Records that register_otel() has used `meter`: a proxy with no meter
+    behind it yet by its scope, any other by identity (a proxy with a meter
+    behind it, that meter too).  Called with _otel_lock held."""
+    proxy_cls = _proxy_meter_class()
+    if proxy_cls is not None and isinstance(meter, proxy_cls):
+        real = getattr(meter, "_real_meter", None)
+        if real is None:
+            _otel_proxies.append(meter)
+            return
+        _otel_remember(real)
+    try:
+        _otel_meters[id(meter)] = meter
+    except TypeError:  # a meter that cannot be weakly referenced goes unchecked
+        pass
 
 
 def _create_otel(otel: ModuleType, meter: Any, timer_set: _Timers) -> list[Any]:

@@ -482,6 +482,61 @@ def test_otel_a_refused_call_leaves_the_meter_free(make_timer, otel_reader):
     assert [p.attributes for p in points] == [{"timer": "later"}]
 
 
+def test_otel_meters_of_the_global_provider_are_known_by_what_they_become():
+    """opentelemetry.metrics.get_meter() before the service sets its
+    MeterProvider (a module-level meter, the usual way) returns a new proxy
+    meter each call, and each proxy turns into the provider's one meter of
+    that name once the provider is set: instruments made through a second
+    proxy, or through that meter itself, would be dropped then without a
+    word, as on a meter asked twice.  They are refused the same way."""
+    pytest.importorskip("opentelemetry.sdk")
+    proc = run_python(
+        """
+        import hwtimer
+        from opentelemetry import metrics as otel
+        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+        from hwtimer import metrics
+
+        timers = [hwtimer.HashedWheelTimer(0.01, 8, thread_name=n) for n in "abcd"]
+
+        def refused(meter, timer):
+            try:
+                metrics.register_otel(meter, timer)
+            except ValueError as e:
+                return "register_otel" in str(e)
+            return False
+
+        first = otel.get_meter("app")
+        metrics.register_otel(first, timers[0])
+        print("second proxy refused:", refused(otel.get_meter("app"), timers[1]))
+        metrics.register_otel(otel.get_meter("other"), timers[2])
+        reader = InMemoryMetricReader()
+        otel.set_meter_provider(MeterProvider(metric_readers=[reader]))
+        print("its meter refused:", refused(otel.get_meter("app"), timers[3]))
+        print("the proxy still refused:", refused(first, timers[3]))
+        seen = sorted(
+            p.attributes["timer"]
+            for rm in reader.get_metrics_data().resource_metrics
+            for sm in rm.scope_metrics
+            for m in sm.metrics
+            if m.name == "hwtimer.timeouts.pending"
+            for p in m.data.data_points
+        )
+        print("seen:", seen)
+        for timer in timers:
+            timer.stop()
+        """
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [
+        "second proxy refused: True",
+        "its meter refused: True",
+        "the proxy still refused: True",
+        "seen: ['a', 'c']",
+    ], proc.stdout + proc.stderr
+
+
 class MeterByName:
     """A meter that wraps another and, as a dataclass would, compares
     equal to any other of the same name: unhashable, or (with hash) equal
