@@ -325,8 +325,9 @@ def register_otel(meter: Any, *timers: HashedWheelTimer) -> list[Any]:
     `meter` has these instruments already (from an earlier call: give all
     timers to one call)."""
     otel = _import("opentelemetry.metrics", "otel")
-    timer_set = _Timers(timers)
+    # the meter first: register_otel(timer), the meter forgotten, is told so
     _require_methods(meter, "meter", "an OpenTelemetry Meter", *_OTEL_KINDS.values())
+    timer_set = _Timers(timers)
     with _otel_lock:
         if _otel_used(meter):
             raise ValueError(

@@ -457,6 +457,14 @@ def test_otel_not_a_meter_is_refused(make_timer, otel_reader):
     assert [p.attributes for p in points] == [{"timer": "after"}]
 
 
+def test_otel_a_timer_given_for_the_meter_is_named_as_such(make_timer):
+    # register_otel(timer), the meter forgotten: the error says what the
+    # first argument should have been, not that no timer was given
+    timer = make_timer(thread_name="no-meter")
+    with pytest.raises(TypeError, match="meter must be an OpenTelemetry Meter, not HashedWheel"):
+        metrics.register_otel(timer)
+
+
 def test_otel_a_second_call_on_one_meter_is_refused(make_timer, otel_reader):
     """A meter asked for an instrument it has already returns that one and
     drops the new callbacks: a second register_otel() on it would leave its
