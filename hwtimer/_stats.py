@@ -11,7 +11,7 @@ class LevelStats(TypedDict):
     bucket_seconds: float  # the time one bucket spans
     buckets: int
     occupied: int  # buckets holding at least one timeout
-    timeouts: int  # timeouts held (cancelled ones until the next tick too)
+    timeouts: int  # pending timeouts held (a cancelled one leaves when cancel() returns)
     fullest: int  # timeouts in the fullest bucket
 
 

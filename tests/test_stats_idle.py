@@ -448,6 +448,19 @@ def test_stats_count_what_a_sleeping_worker_has_yet_to_take(make_timer):
     assert timer.stats()["never_due"] == 0
 
 
+def test_a_cancelled_timeout_leaves_the_spread_when_cancel_returns(make_timer):
+    # A minute-long tick: the worker processes no cancel before the stats()
+    # below, which unlinks it itself; the levels count what is pending.
+    timer = make_timer(60.0, 64)
+    held = [timer.new_timeout(lambda _t: None, 120.0 * (i + 1)) for i in range(6)]
+    stats = timer.stats()
+    assert sum(level["timeouts"] for level in stats["levels"]) == 6
+    assert all(t.cancel() for t in held[:4])
+    stats = timer.stats()
+    assert stats["pending"] == 2
+    assert sum(level["timeouts"] for level in stats["levels"]) == 2
+
+
 def test_pending_matches_the_spread_while_the_worker_expires(make_timer):
     # One-shot timeouts only: every pending one is on a level or never due,
     # in the same stats() as the count, while the worker expires others.
