@@ -279,8 +279,8 @@ static PyObject *manual_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
     static const char *const names[] = {"tick_duration", "ticks_per_wheel", "max_pending_timeouts"};
     static const hwtimer_signature sig = {
         .fname = "ManualTimer", .names = names, .nparams = 3, .nkeyword_only = 1};
-    PyObject *given[3];
-    if (hwtimer_bind_tuple(&sig, args, kwds, given) < 0)
+    PyObject *given[3] = {NULL};
+    if (!hwtimer_init_takes_arguments(tp) && hwtimer_bind_tuple(&sig, args, kwds, given) < 0)
         return NULL;
     hwtimer_timer_args a = {.tick_duration = given[0],
                             .ticks_per_wheel = given[1],

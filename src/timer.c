@@ -597,10 +597,17 @@ static const char *const timer_names[] = {"tick_duration", "ticks_per_wheel",
 static const hwtimer_signature timer_sig = {
     .fname = "HashedWheelTimer", .names = timer_names, .nparams = 5, .nkeyword_only = 3};
 
+static int timer_init(PyObject *self_o, PyObject *args, PyObject *kwds);
+
+bool hwtimer_init_takes_arguments(PyTypeObject *tp)
+{
+    return PyType_GetSlot(tp, Py_tp_init) != (void *)timer_init;
+}
+
 static PyObject *timer_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
 {
-    PyObject *given[5];
-    if (hwtimer_bind_tuple(&timer_sig, args, kwds, given) < 0)
+    PyObject *given[5] = {NULL};
+    if (!hwtimer_init_takes_arguments(tp) && hwtimer_bind_tuple(&timer_sig, args, kwds, given) < 0)
         return NULL;
     hwtimer_timer_args a = {
         .tick_duration = given[0],
@@ -719,7 +726,9 @@ static int timer_init(PyObject *self_o, PyObject *args, PyObject *kwds)
         if (parse_config(st, &a, &cfg, &clamped) < 0) {
             r = -1;
         } else if (same_settings(self, &cfg, name, ex)) {
-            r = 0;
+            /* __new__ applied them, and warned of a clamped tick, unless
+               it left the arguments to this __init__ */
+            r = clamped && hwtimer_init_takes_arguments(Py_TYPE(self)) ? warn_clamped() : 0;
         } else if (refuse_if_started(self) == 0 && !(clamped && warn_clamped() < 0) &&
                    /* the warning ran Python code, which may have started it */
                    refuse_if_started(self) == 0) {

@@ -327,6 +327,52 @@ def test_a_subclass_passes_its_arguments_on_to_the_base_init() -> None:
         HashedWheelTimer.__init__(timer, 0.1, 512, 0)
 
 
+def test_a_subclass_init_of_its_own_signature_takes_its_own_arguments() -> None:
+    """As with a class built on object: a subclass's __init__ takes what
+    it declares, not the constructor's parameters, and the settings it
+    hands on with super().__init__(...) are the timer's."""
+    from hwtimer.testing import ManualTimer
+
+    class Service(HashedWheelTimer):
+        def __init__(self, name: str, *, tick: float = 0.05) -> None:
+            super().__init__(tick, 64, thread_name=name)
+            self.service = name
+
+    class Probe(ManualTimer):
+        def __init__(self, label: str) -> None:
+            super().__init__(0.01, 8)
+            self.label = label
+
+    service = Service("svc", tick=0.02)
+    try:
+        assert (service.tick_duration, service.ticks_per_wheel) == (0.02, 64)
+        assert (service.thread_name, service.service) == ("svc", "svc")
+        fired = threading.Event()
+        service.new_timeout(lambda t: fired.set(), 0)
+        assert fired.wait(DEADLINE)
+    finally:
+        service.stop()
+    probe = Probe("p")
+    assert (probe.tick_duration, probe.ticks_per_wheel, probe.label) == (0.01, 8, "p")
+    ran: list[float] = []
+    probe.new_timeout(lambda t: ran.append(probe.time()), 0.025)
+    probe.advance(0.03)
+    assert ran == [pytest.approx(0.03)]
+    assert probe.stop() == []
+
+    class Unset(HashedWheelTimer):
+        def __init__(self, tick: float) -> None:
+            self.tick = tick  # the base's __init__ is not called
+
+    assert Unset(0.5).tick_duration == 0.1  # the default
+    # what its __init__ hands on is checked, and a clamped tick warned of, once
+    with pytest.raises(ValueError, match="tick_duration"):
+        Service("bad", tick=-1)
+    with pytest.warns(RuntimeWarning, match="clamped") as warned:
+        assert Service("fine", tick=1e-6).tick_duration == 0.001
+    assert len(warned) == 1
+
+
 def test_a_subclass_init_applies_or_refuses_the_arguments_it_hands_on() -> None:
     """A subclass's __init__ that sets the timer up itself, with
     super().__init__(...) and other values than the constructor was given,
