@@ -210,7 +210,7 @@ static PyObject *timeout_get_deadline(TimeoutObject *self, void *closure)
     return PyFloat_FromDouble(hwtimer_deadline_seconds(self));
 }
 
-static PyObject *timeout_repr(TimeoutObject *self)
+static PyObject *timeout_repr_of(TimeoutObject *self)
 {
     double left = hwtimer_deadline_seconds(self) - (double)hwtimer_clock_ns(TIMER_OF(self)) / 1e9;
     char *num = NULL;
@@ -232,6 +232,18 @@ static PyObject *timeout_repr(TimeoutObject *self)
                       : PyUnicode_FromFormat("Timeout(deadline: never%s, task: %R)", state_note,
                                              self->task ? self->task : Py_None);
     PyMem_Free(num);
+    return r;
+}
+
+static PyObject *timeout_repr(TimeoutObject *self)
+{
+    /* the task's repr may show this timeout again (an object that keeps
+       its timeout and is its task): elided there, as a list in itself */
+    int busy = Py_ReprEnter((PyObject *)self);
+    if (busy != 0)
+        return busy > 0 ? PyUnicode_FromString("Timeout(...)") : NULL;
+    PyObject *r = timeout_repr_of(self);
+    Py_ReprLeave((PyObject *)self);
     return r;
 }
 

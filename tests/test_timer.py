@@ -1326,6 +1326,49 @@ def test_timeout_repr_never(timer) -> None:
     assert "<the-named-task>" in text
 
 
+class Connection:
+    """Holds its own timeout and shows it in its repr, with no guard of
+    its own against the cycle: the timeout's repr shows this task."""
+
+    def __init__(self) -> None:
+        self.timeout: Timeout | None = None
+
+    def __call__(self, timeout: Timeout) -> None:
+        pass
+
+    def __repr__(self) -> str:
+        return f"Connection(timeout={self.timeout!r})"
+
+
+def test_timeout_repr_of_a_task_that_shows_its_timeout(timer) -> None:
+    # As a list that holds itself: the timeout shown again inside its own
+    # repr is elided, not a RecursionError (nor in the log of a task error).
+    conn = Connection()
+    conn.timeout = timer.new_timeout(conn, 30)
+    text = repr(conn.timeout)
+    assert text.startswith("Timeout(deadline: ") and "later" in text
+    assert "task: Connection(timeout=Timeout(...))" in text
+    assert repr(conn) == f"Connection(timeout={text})"
+    assert conn.timeout.cancel()
+    assert "task: Connection(timeout=Timeout(...))" in repr(conn.timeout)
+
+
+class FailingConnection(Connection):
+    def __call__(self, timeout: Timeout) -> None:
+        raise ValueError("connection task failed")
+
+
+def test_task_error_of_a_task_that_shows_its_timeout_is_logged(timer, caplog) -> None:
+    caplog.set_level(logging.WARNING, logger="hwtimer")
+    conn = FailingConnection()
+    conn.timeout = timer.new_timeout(conn, 0)
+    assert wait_for(lambda: timer.stats()["task_errors"] == 1)
+    assert wait_for(lambda: [r for r in caplog.records if r.name == "hwtimer"])
+    (record,) = [r for r in caplog.records if r.name == "hwtimer"]
+    assert "Connection(timeout=Timeout(...))" in record.getMessage()
+    assert record.exc_info is not None and record.exc_info[0] is ValueError
+
+
 # ---- garbage collection and ResourceWarning ----
 
 
