@@ -494,8 +494,8 @@ int hwtimer_bind(const hwtimer_signature *sig, PyObject *const *args, Py_ssize_t
 int hwtimer_bind_tuple(const hwtimer_signature *sig, PyObject *args, PyObject *kwds,
                        PyObject **out);
 /* Returns the running event loop (new reference), or NULL with
-   RuntimeError when there is none. */
-PyObject *hwtimer_running_loop(hwtimer_state *st);
+   RuntimeError `none` when there is none. */
+PyObject *hwtimer_running_loop(hwtimer_state *st, const char *none);
 /* tp_new of the types users do not create. */
 PyObject *hwtimer_new_refused(PyTypeObject *tp, PyObject *args, PyObject *kwargs);
 /* The timer's clock in ns: the one reading every consumer takes.  A real

@@ -472,7 +472,7 @@ int hwtimer_bind_tuple(const hwtimer_signature *sig, PyObject *args, PyObject *k
     return check_required(sig, out);
 }
 
-PyObject *hwtimer_running_loop(hwtimer_state *st)
+PyObject *hwtimer_running_loop(hwtimer_state *st, const char *none)
 {
     if (!st->get_running_loop) {
         PyObject *m = PyImport_ImportModule("asyncio.events");
@@ -486,7 +486,7 @@ PyObject *hwtimer_running_loop(hwtimer_state *st)
     PyObject *loop = PyObject_CallNoArgs(st->get_running_loop);
     if (loop == Py_None) {
         Py_DECREF(loop);
-        PyErr_SetString(PyExc_RuntimeError, "no running event loop: pass loop=");
+        PyErr_SetString(PyExc_RuntimeError, none);
         return NULL;
     }
     return loop;

@@ -386,7 +386,8 @@ static PyObject *scope_after(PyTypeObject *tp, PyObject *const *args, Py_ssize_t
     PyObject *timer = args[1];
     if (require_timer(st, timer) < 0)
         return NULL;
-    PyObject *loop = hwtimer_running_loop(st);
+    /* timeout() takes no loop=: asyncio.timeout()'s words */
+    PyObject *loop = hwtimer_running_loop(st, "no running event loop");
     if (!loop)
         return NULL;
     if (timer == Py_None)

@@ -1044,7 +1044,8 @@ static PyObject *loop_call(TimerObject *self, bool periodic, PyObject *const *ar
     }
     PyObject *owned_loop = NULL;
     if (!loop || loop == Py_None) {
-        loop = owned_loop = hwtimer_running_loop(self->module_state);
+        loop = owned_loop =
+            hwtimer_running_loop(self->module_state, "no running event loop: pass loop=");
         if (!loop)
             return NULL;
     } else if (refuse_closed_loop(loop) < 0) {

@@ -28,6 +28,7 @@ from conftest import (
     wait_for,
 )
 
+import hwtimer
 from hwtimer import HashedWheelTimer, Timeout
 from hwtimer.testing import ManualTimer
 
@@ -851,3 +852,18 @@ def test_a_loop_that_takes_no_posts_is_refused_before_anything_starts(started, l
         assert timer.stats()["scheduled"] == 0 and timer.pending_timeouts() == 0
     finally:
         timer.stop()
+
+
+def test_no_running_loop_is_told_in_the_callers_terms() -> None:
+    # call_later() and call_every() take loop=, and say so; timeout() has
+    # no such parameter, and says what asyncio.timeout() says.
+    timer = ManualTimer()
+    with pytest.raises(RuntimeError, match="no running event loop: pass loop="):
+        timer.call_later(1, print)
+    with pytest.raises(RuntimeError, match="no running event loop: pass loop="):
+        timer.call_every(1, print)
+    for delay in (1, 0, -1, None):
+        with pytest.raises(RuntimeError, match="no running event loop") as caught:
+            hwtimer.timeout(delay, timer=timer)
+        assert "loop=" not in str(caught.value)
+    assert timer.pending_timeouts() == 0
