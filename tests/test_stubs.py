@@ -3,13 +3,17 @@ stubtest against the installed package, so that they cannot drift."""
 
 from __future__ import annotations
 
+import ast
 import importlib.metadata
+import inspect
 import os
 import subprocess
 import sys
 
 import pytest
 from conftest import PACKAGE_ROOT
+
+from hwtimer import _hwtimer
 
 
 @pytest.mark.skipif("san.so" in os.environ.get("LD_PRELOAD", ""), reason="under a sanitizer")
@@ -105,3 +109,65 @@ def test_the_stubs_type_a_users_code(tmp_path) -> None:
         timeout=300,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def _stub_parameters(
+    cls_name: str, method: str
+) -> list[tuple[str, inspect._ParameterKind, object]]:
+    """The parameters of `method` of class `cls_name` in _hwtimer.pyi, its
+    first (cls or self) left out: name, kind and default (the literal, or
+    inspect.Parameter.empty)."""
+    stub = os.path.join(os.path.dirname(os.path.abspath(_hwtimer.__file__)), "_hwtimer.pyi")
+    with open(stub, encoding="utf-8") as f:
+        tree = ast.parse(f.read())
+    (cls,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls_name]
+    (fn,) = [n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == method]
+    a = fn.args
+    positional = [(p, inspect.Parameter.POSITIONAL_ONLY) for p in a.posonlyargs]
+    positional += [(p, inspect.Parameter.POSITIONAL_OR_KEYWORD) for p in a.args]
+    defaults: list[object] = [inspect.Parameter.empty] * (len(positional) - len(a.defaults))
+    defaults += [ast.literal_eval(d) for d in a.defaults]
+    params = [(p.arg, kind, d) for (p, kind), d in zip(positional, defaults)]
+    params += [
+        (
+            p.arg,
+            inspect.Parameter.KEYWORD_ONLY,
+            inspect.Parameter.empty if d is None else ast.literal_eval(d),
+        )
+        for p, d in zip(a.kwonlyargs, a.kw_defaults)
+    ]
+    return params[1:]
+
+
+@pytest.mark.parametrize(
+    ("cls_name", "methods"),
+    [
+        ("HashedWheelTimer", ("__new__", "__init__")),
+        ("_ManualTimer", ("__new__",)),
+        ("TimeoutScope", ("__init__",)),
+    ],
+)
+def test_the_stubs_constructors_are_the_runtimes(cls_name: str, methods: tuple[str, ...]) -> None:
+    """What stubtest does not see: the C types' __new__ and __init__ take
+    (*args, **kwargs) to it, so a stub's constructor could name a keyword
+    or give a default that the runtime does not have.  The runtime's own
+    signature (its __text_signature__) is checked against its argument
+    parsing too: every keyword it names is taken, with the default it
+    shows, and one positional argument more than it shows is refused."""
+    cls = getattr(_hwtimer, cls_name)
+    runtime = inspect.signature(cls).parameters.values()
+    expected = [(p.name, p.kind, p.default) for p in runtime]
+    for method in methods:
+        assert _stub_parameters(cls_name, method) == expected, method
+
+    defaults = {p.name: p.default for p in runtime if p.default is not inspect.Parameter.empty}
+    required = {p.name: None for p in runtime if p.default is inspect.Parameter.empty}
+    made = cls(**required, **defaults)
+    for name, value in defaults.items():
+        if value is not None and hasattr(made, name):
+            assert getattr(made, name) == value, name
+    positional = [p for p in runtime if p.kind is not inspect.Parameter.KEYWORD_ONLY]
+    with pytest.raises(TypeError, match="positional"):
+        cls(*[None] * (len(positional) + 1))
+    if hasattr(made, "stop"):
+        made.stop()
