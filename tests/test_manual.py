@@ -318,7 +318,20 @@ def test_task_errors_are_logged_and_do_not_stop_the_advance(
     assert any(r.exc_info and r.exc_info[0] is ValueError for r in caplog.records)
 
 
+@pytest.fixture
+def sigint_handled() -> Iterator[None]:
+    """Python's own SIGINT handler for the test: a process started with
+    SIGINT ignored (nohup, a script's background job) would never see the
+    Ctrl-C it raises."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 @pytest.mark.skipif(not hasattr(signal, "raise_signal"), reason="needs signal.raise_signal")
+@pytest.mark.usefixtures("sigint_handled")
 def test_ctrl_c_in_a_task_stops_the_advance_after_its_tick(manual: ManualTimer) -> None:
     # Ctrl-C lands in the thread that advances, so in whichever task runs:
     # it comes out of advance() once that tick has run, instead of being
