@@ -445,7 +445,8 @@ void hwtimer_keep_manual_error(TimerObject *timer, PyObject *exc);
 void hwtimer_watch_thread_exit(hwtimer_state *st);
 /* Whether threading's exit hooks run (its executors refuse work). */
 bool hwtimer_threads_exiting(hwtimer_state *st);
-/* Logs `msg` at ERROR on the "hwtimer" logger; clears any failure. */
+/* Logs `msg` at ERROR on the "hwtimer" logger, with the exception set,
+   if any, as its exc_info (cleared); clears any failure. */
 void hwtimer_log_error(hwtimer_state *st, const char *msg);
 /* ns on a clock into seconds, exact for whole seconds, as time.monotonic()
    converts, so that the two compare. */

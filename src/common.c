@@ -283,10 +283,26 @@ void hwtimer_log_task_error(hwtimer_state *st, PyObject *timeout)
 
 void hwtimer_log_error(hwtimer_state *st, const char *msg)
 {
-    PyObject *r = PyObject_CallMethod(st->logger, "error", "s", msg);
+    /* The exception set, if any, says why: taken out, as no Python code
+       may be called with one pending, and logged with the message. */
+    PyObject *type, *exc, *tb;
+    PyErr_Fetch(&type, &exc, &tb);
+    PyErr_NormalizeException(&type, &exc, &tb);
+    if (tb && exc)
+        PyException_SetTraceback(exc, tb);
+    PyObject *args = Py_BuildValue("(s)", msg);
+    PyObject *kwargs = Py_BuildValue("{s:O}", "exc_info", exc ? exc : Py_None);
+    PyObject *error = PyObject_GetAttrString(st->logger, "error");
+    PyObject *r = args && kwargs && error ? PyObject_Call(error, args, kwargs) : NULL;
     if (!r)
         PyErr_WriteUnraisable(st->logger);
     Py_XDECREF(r);
+    Py_XDECREF(error);
+    Py_XDECREF(kwargs);
+    Py_XDECREF(args);
+    Py_XDECREF(type);
+    Py_XDECREF(exc);
+    Py_XDECREF(tb);
 }
 
 PyObject *hwtimer_import_attr(const char *module, const char *name)

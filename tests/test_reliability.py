@@ -498,6 +498,53 @@ def test_executor_cancelled_future_is_logged(
         assert wait_for(lambda: timer.stats()["task_errors"] == 1)
 
 
+def test_future_that_cannot_be_watched_is_logged_with_why(
+    make_timer: Callable[..., hwtimer.HashedWheelTimer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A future whose add_done_callback() raises: the task ran, but a later
+    # failure could not be seen.  That is logged, with the error, also once
+    # the logger's level check is cached (no except clause in logging then
+    # swallows an exception left pending), and nothing is written as
+    # unraisable instead.
+    unraisable: list[Any] = []
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+    records: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    logger = logging.getLogger("hwtimer")
+    handler = Keep()
+    logger.addHandler(handler)
+    monkeypatch.setattr(logger, "propagate", False)
+    try:
+        logger.error("before")  # the level check is cached from here
+
+        class UnwatchableFuture:
+            def add_done_callback(self, callback: Callable[[Any], None]) -> None:
+                raise ValueError("no callbacks here")
+
+        class RunningExecutor:
+            def submit(self, fn: Any, *args: Any) -> UnwatchableFuture:
+                fn(*args)
+                return UnwatchableFuture()
+
+        ran = threading.Event()
+        timer = make_timer(executor=RunningExecutor())
+        timer.new_timeout(lambda t: ran.set(), 0)
+        assert ran.wait(DEADLINE)
+        assert wait_for(lambda: len(records) == 2 or unraisable)
+    finally:
+        logger.removeHandler(handler)
+    assert unraisable == []
+    record = records[1]
+    assert record.getMessage() == "cannot watch an executor's future"
+    assert record.levelno == logging.ERROR and record.exc_info is not None
+    assert isinstance(record.exc_info[1], ValueError)
+    assert timer.stats()["task_errors"] == 0
+
+
 # ---- 7. a closed loop the timer has delivered to ----
 
 
