@@ -81,6 +81,19 @@ static PyObject *follow_loop_time(PyObject *module, PyObject *on)
     return PyBool_FromLong(was);
 }
 
+/* The first timer of `timer`'s list (running_timers or stopping_timers,
+   linked through running_next) that a reference can be taken to.  One
+   whose count is 0 is in its dealloc, whose weak references' callbacks
+   run before it stops the timer itself (one that lets go of the GIL lets
+   this hook run meanwhile): a reference taken and dropped here would
+   deallocate it a second time.  That dealloc stops it. */
+static TimerObject *first_alive(TimerObject *timer)
+{
+    while (timer && Py_REFCNT(timer) == 0)
+        timer = timer->running_next;
+    return timer;
+}
+
 /* Stops every running timer, and waits for those still stopping;
    registered with atexit.  A timer's own stop() (a subclass's override)
    is called, as at the end of a with block; if it raises, its error is
@@ -91,8 +104,8 @@ static PyObject *stop_all(PyObject *module, PyObject *unused)
     (void)unused;
     hwtimer_state *st = state_of_module(module);
     st->exiting = true;
-    while (st->running_timers) {
-        TimerObject *timer = st->running_timers;
+    TimerObject *timer;
+    while ((timer = first_alive(st->running_timers))) {
         Py_INCREF(timer);
         PyObject *r = timer->dying ? hwtimer_timer_stop(timer) : hwtimer_timer_own_stop(timer);
         if (!r)
@@ -111,8 +124,7 @@ static PyObject *stop_all(PyObject *module, PyObject *unused)
        thread runs finishes before the interpreter goes, as one of a timer
        stopped above does.  Taken out first, so that another signal ends
        this wait too. */
-    while (st->stopping_timers) {
-        TimerObject *timer = st->stopping_timers;
+    while ((timer = first_alive(st->stopping_timers))) {
         Py_INCREF(timer);
         hwtimer_timer_unlist_stopping(timer);
         PyObject *r = hwtimer_timer_stop(timer);

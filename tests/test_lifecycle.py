@@ -492,6 +492,45 @@ def test_exit_after_an_interrupted_stop_lets_the_running_task_finish() -> None:
     assert proc.stderr == ""
 
 
+def test_exit_while_a_dropped_timer_runs_its_weakref_callbacks() -> None:
+    """A running timer whose class has a __del__ of its own is stopped by
+    its dealloc, after its weak references' callbacks ran: one that lets
+    go of the GIL (a sleep, I/O) lets the interpreter exit meanwhile, and
+    the exit hook must not take a reference to the timer being freed (it
+    would free it a second time).  Here the dispatch thread drops the last
+    reference, as the Timeout whose run held it goes."""
+    code = """
+        import threading, time, weakref, hwtimer
+
+        class Sub(hwtimer.HashedWheelTimer):
+            def __del__(self):  # its own finalizer, which does not stop it
+                pass
+
+        refs = []
+        in_callback = threading.Event()
+        task_runs = threading.Event()
+
+        def on_gone(ref):
+            in_callback.set()
+            time.sleep(0.1)
+
+        def drop():
+            t = Sub(0.01)
+            t.new_timeout(lambda to: (task_runs.set(), time.sleep(0.5)), 0)
+            task_runs.wait()
+            refs.append(weakref.ref(t, on_gone))
+            del t
+
+        threading.Thread(target=drop, daemon=True).start()
+        assert in_callback.wait(10)
+        print("exiting", flush=True)
+    """
+    for _ in range(3):
+        proc = run_python(code, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout == "exiting\n"
+
+
 # ---- fork ----
 
 
