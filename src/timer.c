@@ -37,16 +37,27 @@ static void timers_unlink(TimerObject **head, TimerObject *self)
         self->running_next->running_prev = self->running_prev;
 }
 
-static void running_add(TimerObject *self)
+/* Lists `self` as running.  Returns true if it is the first timer past
+   MAX_LIVE_TIMERS, for the caller to warn_too_many() once its start is
+   done: the warning runs Python code (logging's handlers), which may stop
+   this timer, and a stop() waits for a dispatch thread the start has yet
+   to start. */
+static bool running_add(TimerObject *self)
 {
     hwtimer_state *st = self->module_state;
     self->running = true;
     timers_link(&st->running_timers, self);
     if (++st->nrunning > MAX_LIVE_TIMERS && !st->warned_too_many) {
         st->warned_too_many = true;
-        hwtimer_log_error(st, "more than 64 HashedWheelTimer instances are running: a timer is a "
-                              "shared resource; share one per process (hwtimer.default_timer())");
+        return true;
     }
+    return false;
+}
+
+static void warn_too_many(hwtimer_state *st)
+{
+    hwtimer_log_error(st, "more than 64 HashedWheelTimer instances are running: a timer is a "
+                          "shared resource; share one per process (hwtimer.default_timer())");
 }
 
 static void running_remove(TimerObject *self)
@@ -134,7 +145,8 @@ static int manual_start(TimerObject *self)
     int err = hwt_timer_start(self->core); /* only notes the clock */
     if (err)
         return hwtimer_core_error(self, err, "start the timer");
-    running_add(self);
+    if (running_add(self))
+        warn_too_many(self->module_state);
     return 0;
 }
 
@@ -282,7 +294,7 @@ int hwtimer_timer_start(TimerObject *self)
     self->dispatcher = (PyObject *)d;
     /* Running from here: a stop() while Thread.start() lets go of the GIL
        stops the worker, and the dispatch thread exits as soon as it runs. */
-    running_add(self);
+    bool warn = running_add(self);
     PyObject *run = PyObject_GetAttrString((PyObject *)d, "run");
     PyObject *kwargs =
         run ? Py_BuildValue("{s:O,s:O,s:O}", "target", run, "name", d->name, "daemon", Py_True)
@@ -322,10 +334,16 @@ int hwtimer_timer_start(TimerObject *self)
         } /* else its thread runs (started, and interrupted only after): it
              runs what expired, and lets a stop() go */
         hwtimer_release_handed_back(self->core);
+        if (warn && self->running)
+            warn_too_many(self->module_state);
+        else if (warn) /* not running after all: the next one past the limit warns */
+            self->module_state->warned_too_many = false;
         PyErr_Restore(type, value, tb);
         return -1;
     }
     Py_DECREF(r);
+    if (warn)
+        warn_too_many(self->module_state);
     return 0;
 }
 

@@ -677,6 +677,42 @@ def test_start_after_stop_of_never_started_timer_is_runtime_error(make_timer) ->
         timer.new_timeout(noop, 0)
 
 
+def test_warning_of_too_many_timers_lets_its_handler_stop_them() -> None:
+    # The error logged when a 65th timer starts: a handler that answers it
+    # by stopping every timer, the one starting too, must not wait for a
+    # dispatch thread that its own start() has not started yet.
+    code = """
+        import logging, hwtimer
+
+        timers = []
+        records = []
+
+        class StopAll(logging.Handler):
+            def emit(self, record):
+                records.append(record.getMessage())
+                for t in timers:
+                    t.stop()
+
+        logging.getLogger("hwtimer").addHandler(StopAll())
+        for _ in range(65):
+            timers.append(hwtimer.HashedWheelTimer(0.01))
+            timers[-1].start()
+        assert len(records) == 1 and "more than 64" in records[0], records
+        for t in timers:
+            assert "stopped" in repr(t), t
+            try:
+                t.new_timeout(lambda to: None, 0)
+            except RuntimeError:
+                pass
+            else:
+                raise AssertionError("a stopped timer took a timeout")
+        print("ok", flush=True)
+    """
+    proc = run_python(code, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "ok\n"
+
+
 # ---- new_timeout() and Timeout ----
 
 
