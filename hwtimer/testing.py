@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import math
 import threading
+import time
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any, SupportsFloat, SupportsIndex, TypeVar, Union
@@ -102,6 +103,11 @@ _CLOCK_END_NS = 2**63 - 2
 #: a task that never waits must not hold it for ever.
 _SETTLE_STEPS = 100
 
+#: How long advance_async() waits, at most, for callbacks it handed to the
+#: loop to reach it (through the posting thread of a loop that has no
+#: add_reader()) before counting the turns it yields for them.
+_HANDOVER_WAIT = 10.0
+
 
 #: A task's _fut_waiter when it has none (not an asyncio task).
 _UNSAID = object()
@@ -125,10 +131,20 @@ async def _settle(timer: ManualTimer, loop: asyncio.AbstractEventLoop) -> None:
     what else can be queued there."""
     ready = getattr(loop, "_ready", None)
     me = asyncio.current_task()
-    for _ in range(_SETTLE_STEPS):
+    steps = 0
+    handover_end: float | None = None
+    while steps < _SETTLE_STEPS:
         await asyncio.sleep(0)
         if timer._holds(loop):
+            # A batch on its way: for a loop that cannot watch a descriptor
+            # the timer's posting thread, which needs the GIL, hands it
+            # over, so wait for it in real time, not in turns of the loop.
+            if handover_end is None:
+                handover_end = time.monotonic() + _HANDOVER_WAIT
+            if time.monotonic() >= handover_end:
+                steps += 1
             continue
+        steps += 1
         if ready is None:
             if any(_task_ready(t) for t in asyncio.all_tasks(loop) if t is not me):
                 continue

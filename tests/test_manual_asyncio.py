@@ -559,3 +559,33 @@ def test_a_timer_freed_as_a_coroutine_ends_keeps_its_outcome(
     assert run(returns) == "value"
     with pytest.raises(LookupError, match="kept"):
         run(raises)
+
+
+class NoReaderLoop(asyncio.SelectorEventLoop):
+    """A loop that cannot watch a descriptor: the timer's posting thread
+    hands it the callbacks."""
+
+    def add_reader(self, *args: Any) -> None:
+        raise NotImplementedError
+
+
+async def _two_callbacks_then_advance(timer: ManualTimer) -> list[float]:
+    got: list[float] = []
+    timer.call_later(1, lambda: got.append(timer.time()))
+    timer.call_later(100, lambda: got.append(timer.time()))
+    await timer.advance_async(2)
+    return got
+
+
+def test_advance_async_waits_for_callbacks_posted_to_a_loop_without_add_reader() -> None:
+    # the posting thread may take a while to get the GIL: each callback
+    # still runs at its tick, before advance_async() returns
+    for _ in range(30):
+        timer = ManualTimer()
+        loop = NoReaderLoop()
+        try:
+            got = loop.run_until_complete(_two_callbacks_then_advance(timer))
+        finally:
+            loop.close()
+        timer.stop()
+        assert got == [1.0]
