@@ -700,10 +700,11 @@ typedef struct {
    NULL with TypeError/ValueError for a bad argument. */
 PyObject *hwtimer_timer_build(PyTypeObject *tp, const hwtimer_timer_args *args);
 /* Whether __new__ leaves the arguments to the __init__ of `tp` (a subclass
-   whose __init__ is its own), as object.__new__ does: they are that
-   __init__'s, which need not be the constructor's, and it gives the timer
-   its settings with super().__init__(...).  The timer is made with the
-   defaults meanwhile. */
+   whose __init__ is its own, and not its __new__), as object.__new__ does:
+   they are that __init__'s, which need not be the constructor's, and it
+   gives the timer its settings with super().__init__(...).  The timer is
+   made with the defaults meanwhile.  A subclass's own __new__ hands the
+   base's what it means the timer to have. */
 bool hwtimer_init_takes_arguments(PyTypeObject *tp);
 /* Takes `timer`'s advance_lock for this thread, waiting with the GIL
    released; RuntimeError (-1) if this thread holds it already. */

@@ -617,9 +617,25 @@ static const hwtimer_signature timer_sig = {
 
 static int timer_init(PyObject *self_o, PyObject *args, PyObject *kwds);
 
-bool hwtimer_init_takes_arguments(PyTypeObject *tp)
+/* Whether `tp` has a __new__ of its own: a subclass's, not the base's. */
+static bool own_new(PyTypeObject *tp)
+{
+    hwtimer_state *st = hwtimer_state_of_type(tp);
+    void *new_of = PyType_GetSlot(tp, Py_tp_new);
+    return new_of != PyType_GetSlot(st->timer_type, Py_tp_new) &&
+           new_of != PyType_GetSlot(st->manual_type, Py_tp_new);
+}
+
+static bool own_init(PyTypeObject *tp)
 {
     return PyType_GetSlot(tp, Py_tp_init) != (void *)timer_init;
+}
+
+bool hwtimer_init_takes_arguments(PyTypeObject *tp)
+{
+    /* a __new__ of the subclass's own calls the base's with what it means
+       the timer to have (super().__new__(cls, ...)), whatever __init__ */
+    return own_init(tp) && !own_new(tp);
 }
 
 static PyObject *timer_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
@@ -700,12 +716,12 @@ static int apply_settings(TimerObject *self, hwt_config cfg, PyObject *name, PyO
 static int timer_init(PyObject *self_o, PyObject *args, PyObject *kwds)
 {
     TimerObject *self = (TimerObject *)self_o;
-    /* As object.__init__: a subclass with a __new__ of its own is called
-       with that __new__'s arguments, which are not the constructor's */
+    /* As object.__init__: a subclass with a __new__ of its own and not an
+       __init__ is called with that __new__'s arguments, which are not the
+       constructor's.  One with an __init__ of its own too calls this one
+       with what it hands on (super().__init__(...)). */
     hwtimer_state *st = self->module_state;
-    void *new_of = PyType_GetSlot(Py_TYPE(self), Py_tp_new);
-    if (new_of != PyType_GetSlot(st->timer_type, Py_tp_new) &&
-        new_of != PyType_GetSlot(st->manual_type, Py_tp_new))
+    if (own_new(Py_TYPE(self)) && !own_init(Py_TYPE(self)))
         return 0;
     /* a ManualTimer's takes what its __new__ takes: no thread, no executor */
     static const hwtimer_signature manual_sig = {

@@ -500,6 +500,47 @@ def test_a_subclass_with_its_own_new_takes_its_own_arguments() -> None:
     assert Named("svc", color=1).options == {"color": 1}
 
 
+def test_a_subclass_with_its_own_new_and_init_keeps_the_settings_it_hands_on() -> None:
+    """A subclass that defines both __new__ and __init__ gets the settings
+    it hands on, to super().__new__(...) or to super().__init__(...): a
+    ManualTimer subclass with a __new__ of its own (ManualTimer has its own
+    __init__) too, and a clamped tick warns once."""
+    from hwtimer.testing import ManualTimer
+
+    class Both(HashedWheelTimer):
+        def __new__(cls, *args: object, **kwargs: object) -> Both:
+            return super().__new__(cls, *args, **kwargs)
+
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            super().__init__(*args, **kwargs)
+
+    class ByNew(HashedWheelTimer):
+        def __new__(cls, name: str) -> ByNew:
+            return super().__new__(cls, 0.05, 16, thread_name=name)
+
+        def __init__(self, name: str) -> None:
+            super().__init__()
+            self.label = name
+
+    class Manual(ManualTimer):
+        def __new__(cls, *args: object, **kwargs: object) -> Manual:
+            return super().__new__(cls, *args, **kwargs)
+
+    for timer in (Both(0.05, 16, thread_name="svc"), ByNew("svc")):
+        try:
+            assert (timer.tick_duration, timer.ticks_per_wheel) == (0.05, 16)
+            assert timer.thread_name == "svc"
+        finally:
+            timer.stop()
+    with Manual(0.5, 8) as manual:
+        assert (manual.tick_duration, manual.ticks_per_wheel) == (0.5, 8)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with Manual(0.0001) as clamped:
+            assert clamped.tick_duration == 0.001
+    assert len([w for w in caught if w.category is RuntimeWarning]) == 1
+
+
 def test_scheduling_calls_a_subclass_start() -> None:
     """new_timeout() calls start() for you (API.md): a subclass's override
     of start() (to log, to set up) is that start(), for new_periodic() and
