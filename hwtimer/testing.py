@@ -30,6 +30,12 @@ _Seconds = Union[float, SupportsFloat, SupportsIndex, timedelta]
 _Timer = TypeVar("_Timer", bound=HashedWheelTimer)
 
 
+#: ManualTimer's defaults, which its __new__ applies too.
+_DEFAULT_TICK = 0.001
+_DEFAULT_TICKS = 4096
+_DEFAULT_MAX_PENDING = 0
+
+
 class ManualTimer(_ManualTimer):
     """``ManualTimer(tick_duration=0.001, ticks_per_wheel=4096, *,
     max_pending_timeouts=0)``: a ``HashedWheelTimer`` with no threads, whose
@@ -49,12 +55,21 @@ class ManualTimer(_ManualTimer):
 
     def __init__(
         self,
-        tick_duration: _Seconds = 0.001,
-        ticks_per_wheel: SupportsIndex = 4096,
+        tick_duration: _Seconds = _DEFAULT_TICK,
+        ticks_per_wheel: SupportsIndex = _DEFAULT_TICKS,
         *,
-        max_pending_timeouts: SupportsIndex = 0,
+        max_pending_timeouts: SupportsIndex = _DEFAULT_MAX_PENDING,
     ) -> None:
-        super().__init__(tick_duration, ticks_per_wheel, max_pending_timeouts=max_pending_timeouts)
+        # Only what is given: a subclass's __new__ may have set the rest,
+        # which the defaults, handed on, would undo.
+        given: dict[str, Any] = {}
+        if tick_duration is not _DEFAULT_TICK:
+            given["tick_duration"] = tick_duration
+        if ticks_per_wheel is not _DEFAULT_TICKS:
+            given["ticks_per_wheel"] = ticks_per_wheel
+        if max_pending_timeouts is not _DEFAULT_MAX_PENDING:
+            given["max_pending_timeouts"] = max_pending_timeouts
+        super().__init__(**given)
         self.task_errors = []
 
     def _task_failed(self, exc: BaseException) -> None:

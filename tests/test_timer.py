@@ -541,6 +541,35 @@ def test_a_subclass_with_its_own_new_and_init_keeps_the_settings_it_hands_on() -
     assert len([w for w in caught if w.category is RuntimeWarning]) == 1
 
 
+def test_a_manual_timer_subclass_new_sets_what_its_init_does_not_hand_on() -> None:
+    """A ManualTimer subclass whose __new__ gives the timer its settings,
+    and whose __init__ calls super().__init__() with none, keeps them: the
+    defaults of ManualTimer.__init__ are not handed on as if given."""
+    from hwtimer.testing import ManualTimer
+
+    class Labelled(ManualTimer):
+        def __new__(cls, label: str) -> Labelled:
+            return super().__new__(cls, 0.5, 8, max_pending_timeouts=3)
+
+        def __init__(self, label: str) -> None:
+            super().__init__()
+            self.label = label
+
+    with Labelled("a") as timer:
+        assert (timer.tick_duration, timer.ticks_per_wheel) == (0.5, 8)
+        assert (timer.label, timer.task_errors) == ("a", [])
+        for _ in range(3):
+            timer.new_timeout(lambda t: None, 10)
+        with pytest.raises(RejectedExecutionError):
+            timer.new_timeout(lambda t: None, 10)
+    with ManualTimer() as plain, ManualTimer(0.01, 8, max_pending_timeouts=1) as given:
+        assert (plain.tick_duration, plain.ticks_per_wheel) == (0.001, 4096)
+        assert (given.tick_duration, given.ticks_per_wheel) == (0.01, 8)
+        given.new_timeout(lambda t: None, 1)
+        with pytest.raises(RejectedExecutionError):
+            given.new_timeout(lambda t: None, 1)
+
+
 def test_scheduling_calls_a_subclass_start() -> None:
     """new_timeout() calls start() for you (API.md): a subclass's override
     of start() (to log, to set up) is that start(), for new_periodic() and
