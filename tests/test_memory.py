@@ -33,6 +33,10 @@ def test_pending_one_shot_timeout_is_80_bytes_as_the_readme_says(timer) -> None:
     assert said and int(said[1]) == size
     p = timer.new_periodic(noop, 1000.0)
     assert isinstance(p, hwtimer.Timeout)  # a subtype that carries the period
+    periodic_size = type(p).__basicsize__ + GC_HEADER
+    assert sys.getsizeof(p) == periodic_size
+    said = re.search(r"A\s+periodic one carries\s.*?\((\d+) bytes\)", README.read_text(), re.S)
+    assert said and int(said[1]) == periodic_size
     assert t.cancel() and p.cancel()
 
 
