@@ -301,6 +301,19 @@ def test_advance_to_next_with_wake_every_tick_set(
     assert timer.advance_to_next() is None
 
 
+def test_advance_to_next_reaches_a_timeout_however_many_turns_away(
+    make_manual: Callable[..., ManualTimer],
+) -> None:
+    # 8 ms a turn: 10**7 s is over a billion turns away, and one call gets
+    # there (the coarse levels bring it down), as the README says
+    timer = make_manual(0.001, 8)
+    task = Recorder(timer)
+    timer.new_timeout(task, 10_000_000)
+    assert timer.advance_to_next() == 10_000_000.0
+    assert task.times == [10_000_000.0]
+    assert timer.advance_to_next() is None
+
+
 def test_task_errors_are_logged_and_do_not_stop_the_advance(
     manual: ManualTimer, caplog: pytest.LogCaptureFixture
 ) -> None:
