@@ -11,9 +11,10 @@
 
 #include <math.h>
 
-/* advance_to_next() gives up on a timeout this many ticks with work
-   away (a far one is visited once per turn of the wheel; an infinite
-   delay is never due). */
+/* advance_to_next() goes on through at most this many ticks with work
+   that run nothing.  A far timeout takes one such tick for each level it
+   moves down, so the bound is only a guard; an infinite delay is never
+   due, and is no tick's work. */
 #define MAX_IDLE_STEPS 1000000
 
 /* The one-shot timeouts expired so far: a periodic one that ended
