@@ -435,8 +435,18 @@ static PyObject *scope_expired(ScopeObject *self, PyObject *unused)
     return PyBool_FromLong(self->phase == EXPIRING || self->phase == EXPIRED);
 }
 
-static PyObject *scope_reschedule(ScopeObject *self, PyObject *when)
+static PyObject *scope_reschedule(ScopeObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                  PyObject *kwnames)
 {
+    /* `when` by position or by name, as asyncio's Timeout.reschedule() */
+    static const char *const names[] = {"when"};
+    static const hwtimer_signature sig = {
+        .fname = "reschedule", .names = names, .nparams = 1, .nrequired = 1};
+    PyObject *when;
+    if (nargs == 1 && !kwnames)
+        when = args[0];
+    else if (hwtimer_bind(&sig, args, nargs, kwnames, &when) < 0)
+        return NULL;
     if (self->phase != ENTERED) {
         if (self->phase == CREATED)
             PyErr_SetString(PyExc_RuntimeError, "TimeoutScope has not been entered");
@@ -734,8 +744,8 @@ static PyMethodDef scope_methods[] = {
      "when($self, /)\n--\n\nThe current deadline on loop.time(), or None."},
     {"expired", (PyCFunction)scope_expired, METH_NOARGS,
      "expired($self, /)\n--\n\nWhether the deadline passed while the block ran."},
-    {"reschedule", (PyCFunction)scope_reschedule, METH_O,
-     "reschedule($self, when, /)\n--\n\nMoves the deadline to `when` (absolute, on loop.time()); "
+    {"reschedule", (PyCFunction)(void (*)(void))scope_reschedule, METH_FASTCALL | METH_KEYWORDS,
+     "reschedule($self, /, when)\n--\n\nMoves the deadline to `when` (absolute, on loop.time()); "
      "None removes it."},
     {"__aenter__", (PyCFunction)scope_aenter, METH_NOARGS, "__aenter__($self, /)\n--\n\n"},
     {"__aexit__", (PyCFunction)(void (*)(void))scope_aexit, METH_FASTCALL,

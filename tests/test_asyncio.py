@@ -916,6 +916,24 @@ def test_reschedule_later_earlier_and_off(run: Any, timeout: Any) -> None:
     run(main)
 
 
+def test_reschedule_takes_when_by_keyword(run: Any, timeout: Any) -> None:
+    # asyncio's Timeout.reschedule(when) takes its argument by name too:
+    # code written against it, cm.reschedule(when=...), must run unchanged.
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        with pytest.raises(TimeoutError):
+            async with timeout(SOON) as cm:
+                cm.reschedule(when=loop.time() + 0.02)
+                await _forever()
+        async with timeout(0.02) as cm:
+            cm.reschedule(when=None)
+            assert cm.when() is None
+            await asyncio.sleep(0.05)
+        assert not cm.expired()
+
+    run(main)
+
+
 def test_reschedule_many_times(run: Any) -> None:
     # Each reschedule replaces the deadline; none of the earlier ones fires.
     async def main() -> None:
