@@ -452,3 +452,27 @@ def test_readme_from_a_run_before_asyncio_timeout_leaves_its_ratios(tmp_path) ->
     assert "left as they were: scope-ratios" in proc.stderr
     scope = readme.read_text().split(".. figures:begin scope\n")[1].split(".. figures:end")[0]
     assert "hwtimer.timeout" in scope and "asyncio.timeout" not in scope
+
+
+def test_readme_targets_of_a_partial_run_are_left_as_they_were(tmp_path) -> None:
+    # run.py --only pair --readme: results.json holds the pair's figure of
+    # the release and no other.  The targets block is left whole, as the
+    # blocks of the benchmarks not run are, not cut down to the pair's line.
+    with open(os.path.join(BENCHMARKS, "results", "results.json")) as f:
+        r = json.load(f)
+    r["results"] = {"pair": r["results"]["pair"]}
+    r["load"] = {"pair": r["load"]["pair"]}
+    r["figures"] = {"pair": r["figures"]["pair"]}
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps(r))
+    readme = tmp_path / "README.rst"
+    shutil.copy(os.path.join(CHECKOUT, "README.rst"), readme)
+    before = readme.read_text().split(".. figures:begin targets\n")[1]
+    generator = os.path.join(BENCHMARKS, "readme.py")
+    proc = bench(generator, "--results", str(results), "--readme", str(readme))
+    assert proc.returncode == 0, proc.stderr
+    kept = re.search(r"left as they were: (.*)", proc.stderr).group(1).split(", ")
+    assert "targets" in kept and "pair" not in kept
+    after = readme.read_text().split(".. figures:begin targets\n")[1]
+    assert after.split(".. figures:end targets")[0] == before.split(".. figures:end targets")[0]
+    assert "at most 96 bytes per pending timeout" in after.split(".. figures:end targets")[0]
