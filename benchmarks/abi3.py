@@ -214,7 +214,11 @@ def run_worker(path: str, sizes: dict, cwd: str) -> dict:
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", json.dumps(sizes)]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd, timeout=900)
     if proc.returncode != 0:
-        raise RuntimeError(f"worker failed:\n{proc.stderr[-4000:]}")
+        from common import exit_status
+
+        raise RuntimeError(
+            f"worker failed ({exit_status(proc.returncode)}):\n{proc.stderr[-4000:]}"
+        )
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 

@@ -15,6 +15,7 @@ import importlib
 import json
 import os
 import random
+import signal
 import statistics
 import subprocess
 import sys
@@ -154,6 +155,18 @@ def pair_loop(loop: asyncio.AbstractEventLoop, call_later):
 # ---- fresh interpreters ----
 
 
+def exit_status(returncode: int) -> str:
+    """How a process ended, for an error: a crash in C (a signal) leaves
+    nothing on stderr but this."""
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        return f"killed by {name}"
+    return f"exit status {returncode}"
+
+
 def child_env() -> dict:
     env = dict(os.environ)
     env.pop("HWTIMER_WAKE_EVERY_TICK", None)
@@ -171,7 +184,10 @@ def run_child(module: str, function: str, *args, timeout: float = 600) -> dict:
     cmd = child_command(module, function, *args)
     proc = subprocess.run(cmd, capture_output=True, text=True, env=child_env(), timeout=timeout)
     if proc.returncode != 0:
-        raise RuntimeError(f"benchmark {module}.{function} failed:\n{proc.stderr[-4000:]}")
+        raise RuntimeError(
+            f"benchmark {module}.{function} failed ({exit_status(proc.returncode)}):\n"
+            f"{proc.stderr[-4000:]}"
+        )
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 

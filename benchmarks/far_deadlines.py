@@ -248,7 +248,10 @@ def _child(path: str | None, name: str, args: list) -> dict:
     cmd = [sys.executable, os.path.abspath(__file__), "--child", json.dumps([name, args])]
     out = subprocess.run(cmd, env=_env(path), capture_output=True, text=True, timeout=3600)
     if out.returncode != 0:
-        raise RuntimeError(f"{name} child failed: {out.stderr.strip()[-2000:]}")
+        from common import exit_status
+
+        status = exit_status(out.returncode)
+        raise RuntimeError(f"{name} child failed ({status}): {out.stderr.strip()[-2000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 

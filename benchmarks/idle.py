@@ -131,7 +131,10 @@ def _run_child(tick: float, scenario: str, mode: str, seconds: float) -> dict:
     cmd = [sys.executable, os.path.abspath(__file__), "--child", params]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=seconds + 60)
     if out.returncode != 0:
-        raise RuntimeError(f"idle child failed: {out.stderr.strip()}")
+        from common import exit_status
+
+        status = exit_status(out.returncode)
+        raise RuntimeError(f"idle child failed ({status}): {out.stderr.strip()}")
     result = json.loads(out.stdout.strip().splitlines()[-1])
     result["mode"] = mode
     return result

@@ -71,6 +71,7 @@ from common import (
     WHEEL,
     build_revision,
     child_env,
+    exit_status,
     fmt,
     spread,
     summary,
@@ -239,7 +240,8 @@ def run_script(module) -> dict:
     cmd = [sys.executable, module.__file__]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=child_env(), timeout=1800)
     if proc.returncode != 0:
-        raise RuntimeError(f"{module.__name__} failed:\n{proc.stderr[-4000:]}")
+        status = exit_status(proc.returncode)
+        raise RuntimeError(f"{module.__name__} failed ({status}):\n{proc.stderr[-4000:]}")
     return {"output": proc.stdout}
 
 
@@ -458,7 +460,8 @@ def run_build(side: str, name: str, build: str | None, args, tmp: str) -> dict:
     print(f"{name}, {side}:", file=sys.stderr, flush=True)
     proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, text=True)
     if proc.returncode != 0:
-        raise RuntimeError(f"{name} failed on the {side} build:\n{proc.stdout[-4000:]}")
+        status = exit_status(proc.returncode)
+        raise RuntimeError(f"{name} failed on the {side} build ({status}):\n{proc.stdout[-4000:]}")
     with open(os.path.join(out, "results.json")) as f:
         return json.load(f)
 

@@ -476,3 +476,22 @@ def test_readme_targets_of_a_partial_run_are_left_as_they_were(tmp_path) -> None
     after = readme.read_text().split(".. figures:begin targets\n")[1]
     assert after.split(".. figures:end targets")[0] == before.split(".. figures:end targets")[0]
     assert "at most 96 bytes per pending timeout" in after.split(".. figures:end targets")[0]
+
+
+def test_a_benchmark_child_killed_by_a_signal_says_so(tmp_path) -> None:
+    # a crash in C (here a SIGSEGV the child sends itself) leaves no Python
+    # traceback on stderr: the error names the signal, not just "failed"
+    (tmp_path / "crashing_bench.py").write_text(
+        "import os, signal\n\n\ndef child():\n    os.kill(os.getpid(), signal.SIGSEGV)\n"
+    )
+    code = """if True:
+        import common
+        try:
+            common.run_child("crashing_bench", "child")
+        except RuntimeError as e:
+            print(e)
+    """
+    proc = bench("-c", code, PYTHONPATH=f"{tmp_path}{os.pathsep}{BENCHMARKS}")
+    assert proc.returncode == 0, proc.stderr
+    assert "crashing_bench.child failed" in proc.stdout
+    assert "SIGSEGV" in proc.stdout, proc.stdout
