@@ -90,10 +90,11 @@ def block_machine(r: dict) -> str:
     v = m["versions"]
     load = [x["other_processes_cores"] for x in r["load"].values()]
     busiest = max(load) if load else 0.0
+    uvloop = f"uvloop {v['uvloop']}" if v["uvloop"] else "no uvloop"
     return para(
         f"The figures here are from one run of ``benchmarks/run.py`` ({c['size']} sizes) on "
         f"{m['cpu']}, {m['cores']} cores, Linux {m['kernel'].split('-')[0]}, {m['python']}, "
-        f"hwtimer {v['hwtimer']}, uvloop {v['uvloop']}, {v['valgrind'] or 'no valgrind'}. "
+        f"hwtimer {v['hwtimer']}, {uvloop}, {v['valgrind'] or 'no valgrind'}. "
         f"Each is the median of {c['repeats']} runs, the implementations interleaved, with "
         f"the runs' min-max beside it; while it ran, other processes used up to "
         f"{busiest:.2f} of the {m['cores']} cores (a benchmark's ``BUSY`` line says when "

@@ -495,3 +495,22 @@ def test_a_benchmark_child_killed_by_a_signal_says_so(tmp_path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert "crashing_bench.child failed" in proc.stdout
     assert "SIGSEGV" in proc.stdout, proc.stdout
+
+
+def test_readme_machine_line_says_when_uvloop_was_not_there() -> None:
+    # a run of the benchmarks that need no uvloop (idle, snapshot, ...) on
+    # a machine without it: machine_info() records its version as None,
+    # which the README's machine block is not to print as "uvloop None"
+    code = """if True:
+        import json, readme
+        with open("results/results.json") as f:
+            r = json.load(f)
+        r["machine"]["versions"]["uvloop"] = None
+        print(json.dumps(" ".join(readme.block_machine(r).split())))
+    """
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=BENCHMARKS, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr
+    text = json.loads(proc.stdout)
+    assert "None" not in text and "no uvloop" in text, text
