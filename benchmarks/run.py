@@ -195,8 +195,11 @@ class LoadMeter:
 
 def wide_spreads(result, path: str = "") -> list[tuple[float, str]]:
     """(spread, path) of every repeated figure in result whose runs
-    disagree by more than SPREAD."""
+    disagree by more than SPREAD; a list's rows (idle's) are walked too,
+    each named as figure_paths names it."""
     out = []
+    if isinstance(result, list):
+        result = {row_name(row, i): row for i, row in enumerate(result)}
     if isinstance(result, dict):
         if {"median", "min", "max"} <= result.keys():
             s = spread(result)

@@ -514,3 +514,28 @@ def test_readme_machine_line_says_when_uvloop_was_not_there() -> None:
     assert proc.returncode == 0, proc.stderr
     text = json.loads(proc.stdout)
     assert "None" not in text and "no uvloop" in text, text
+
+
+def test_runs_that_disagree_in_a_table_of_rows_are_noted() -> None:
+    # idle's result is a list of rows: a row whose runs disagree gets its
+    # SPREAD note, named by what it measures, as a figure of a dict does
+    code = """if True:
+        import json, run
+        def s(lo, med, hi):
+            return {"median": med, "min": lo, "max": hi, "runs": [lo, med, hi]}
+        row = {"tick_ms": s(1, 1, 1), "scenario": "1/s", "mode": "default"}
+        result = {"rows": [
+            dict(row, worker_cpu_us_per_s=s(10.0, 11.0, 12.0)),
+            dict(row, mode="every-tick", worker_cpu_us_per_s=s(100.0, 200.0, 400.0)),
+        ]}
+        load = {"other_processes_cores": 0.0, "steal_cores": 0.0,
+                "load_average_start": [0.0] * 3, "load_average_end": [0.0] * 3}
+        print(json.dumps([run.wide_spreads(result), run.busy_notes(load, result)]))
+    """
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=BENCHMARKS, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr
+    spreads, notes = json.loads(proc.stdout)
+    assert [p for _, p in spreads] == ["rows/1 ms 1/s every-tick/worker_cpu_us_per_s"]
+    assert len(notes) == 1 and notes[0].startswith("SPREAD: 1 figure(s)"), notes
