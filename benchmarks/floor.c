@@ -20,7 +20,8 @@
  * it also reads and writes each argument's last bytes before the call, as a
  * dispatch reads and writes the whole of a Timeout (the loop alone touches
  * the first 16 bytes).  make_args(n) makes the list: n objects of a plain
- * type the size of a hwtimer Timeout.
+ * type the size of a hwtimer Timeout, the only objects a touch may write
+ * into (any other list is refused with a TypeError).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -171,6 +172,11 @@ static PyObject *burst(PyObject *module, PyObject *const *args, Py_ssize_t nargs
         return NULL;
     PyObject *fn = args[0], *list = args[1];
     Py_ssize_t n = PyList_GET_SIZE(list);
+    for (Py_ssize_t i = 0; touch && i < n; i++) /* it writes into each: make_args()'s only */
+        if (!Py_IS_TYPE(PyList_GET_ITEM(list, i), arg_type)) {
+            PyErr_SetString(PyExc_TypeError, "burst(): touch needs make_args()'s list");
+            return NULL;
+        }
     PyObject **items = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(PyObject *));
     if (items == NULL)
         return PyErr_NoMemory();

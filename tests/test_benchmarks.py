@@ -539,3 +539,30 @@ def test_runs_that_disagree_in_a_table_of_rows_are_noted() -> None:
     spreads, notes = json.loads(proc.stdout)
     assert [p for _, p in spreads] == ["rows/1 ms 1/s every-tick/worker_cpu_us_per_s"]
     assert len(notes) == 1 and notes[0].startswith("SPREAD: 1 figure(s)"), notes
+
+
+def test_floor_burst_refuses_to_touch_what_make_args_did_not_make() -> None:
+    # burst(fn, args, touch=True) writes into each argument's last bytes,
+    # which only make_args()'s objects have: any other list is refused
+    # before a call, not written over
+    if not has_c_compiler():
+        pytest.skip("no C compiler for the floor extension")
+    code = """if True:
+        import json, floor
+        ext = floor.load()
+        calls = []
+        items = [object(), 1]
+        try:
+            ext.burst(calls.append, items, True)
+            got = "no error"
+        except TypeError as e:
+            got = str(e)
+        ext.burst(calls.append, ext.make_args(3), True)
+        print(json.dumps([got, len(calls), len(items)]))
+    """
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=BENCHMARKS, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr
+    got, calls, left = json.loads(proc.stdout)
+    assert got != "no error" and calls == 3 and left == 2, (got, calls, left)
