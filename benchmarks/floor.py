@@ -34,7 +34,7 @@ def build() -> str:
         return ext
     os.makedirs(out_dir, exist_ok=True)
     var = sysconfig.get_config_var
-    obj = os.path.join(out_dir, "floor.o")
+    obj = os.path.join(out_dir, f"floor.{os.getpid()}.o")  # each build its own
     include = sysconfig.get_paths()["include"]
     cc = shlex.split(var("CC")) + shlex.split(var("CFLAGS")) + shlex.split(var("CCSHARED"))
     compile_cmd = cc + ["-Wall", "-Wextra", f"-I{include}", "-c", SOURCE, "-o", obj]
@@ -45,6 +45,7 @@ def build() -> str:
         if proc.returncode != 0:
             raise RuntimeError(f"building the floor extension failed:\n{proc.stderr}")
     os.replace(tmp, ext)  # whole or not at all, should two runs build at once
+    os.remove(obj)
     return ext
 
 
