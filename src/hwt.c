@@ -140,6 +140,10 @@ struct hwt_timer {
     /* written under cancel_lock by cancel() (and stop), read by stats():
        on the cancellers' line, not the worker's */
     _Atomic uint64_t cancelled;
+    /* one-shots counted in `expired` at their delivery to an `ends_once`
+       sink that left RUNNING other than by their run (cancelled, or reset:
+       pending again): under cancel_lock too */
+    _Atomic uint64_t revoked;
 
     /* The worker's own (after it exits, stop's). */
     _Alignas(64) hwt_timeout **cancels_spare; /* owned: swapped with cancels */
@@ -404,8 +408,8 @@ static void publish_batches(hwt_timer *t)
         /* a closed sink's consumer is gone: they are released instead */
         for (hwt_timeout *to = publish_batch(s), *n; to; to = n) {
             n = hwt_timeout_of(to->link.next);
-            if (hwt_timeout_periodic(to))
-                hwt_timeout_finish(to, HWT_CANCELLED); /* it will not run again */
+            if (hwt_timeout_delivered_running(to))
+                hwt_timeout_finish(to, HWT_CANCELLED); /* it will not run (again) */
             deliver(t, to, &t->released);
         }
         s = next;
@@ -983,8 +987,11 @@ static uint64_t cancelled_total(hwt_timer *t)
    difference is never negative. */
 static int64_t pending_of(hwt_timer *t, uint64_t scheduled)
 {
+    /* `revoked` is read first: what it counts was counted in `expired` or
+       cancelled_total() before */
+    uint64_t revoked = atomic_load(&t->revoked);
     uint64_t done = atomic_load_explicit(&t->expired, memory_order_acquire) + cancelled_total(t) +
-                    atomic_load(&t->expired_out);
+                    atomic_load(&t->expired_out) - revoked;
     if (!scheduled)
         scheduled = atomic_load_explicit(&t->scheduled, memory_order_relaxed);
     return scheduled > done ? (int64_t)(scheduled - done) : 0;
@@ -1180,6 +1187,9 @@ __attribute__((noinline)) static int cancel_locked(hwt_timer *t, hwt_timeout *to
        its run: pending_timeouts() and max_pending see the cancel at once.
        The cancel lock serialises the writers of the counter. */
     count(&t->cancelled, 1);
+    /* after the count above, which a reader of `revoked` then sees */
+    if (was == HWT_RUNNING && !hwt_timeout_periodic(to))
+        count(&t->revoked, 1); /* a one-shot's delivery counted it expired */
     if (t->cancel_closed || was == HWT_RUNNING || was == HWT_RUNNING_RESET || was == HWT_QUEUED) {
         /* Stopped: stop()'s sweep finds it cancelled and releases it.  Or
            off the wheel in its run: its re-arm finds it cancelled, and
@@ -1264,6 +1274,9 @@ static int reset_locked(hwt_timer *t, hwt_timeout *to, int64_t deadline)
             break;
     }
     set_deadline(to, deadline);
+    /* a one-shot delivered and not yet begun: pending again */
+    if (s == HWT_RUNNING && !hwt_timeout_periodic(to))
+        count(&t->revoked, 1);
     if (s == HWT_INIT) { /* the worker relinks it at its next tick */
         t->cancels[t->ncancels++] = (hwt_timeout *)((uintptr_t)to | RESET_TAG);
         note_reset(t, deadline);
@@ -1334,13 +1347,19 @@ static int rearm(hwt_timeout *to, bool next_run, int64_t period_ns, int64_t star
     uint32_t s = atomic_load(&to->state);
     int r = HWT_OK;
     int64_t next = 0;
+    /* a one-shot delivered RUNNING that leaves RUNNING unrun no longer
+       counts as expired (one reset counts as pending since its reset) */
+    bool once = !hwt_timeout_periodic(to) && s == HWT_RUNNING;
     if (s == HWT_CANCELLED || t->cancel_closed) {
         /* a cancel during the run (which counted it), or stop(), which
            did not see it */
         atomic_store(&to->state, HWT_CANCELLED);
         r = s == HWT_CANCELLED ? HWT_ECANCELLED : HWT_ESTOPPED;
-        if (s != HWT_CANCELLED)
+        if (s != HWT_CANCELLED) {
             count_out(t, HWT_CANCELLED);
+            if (once)
+                count(&t->revoked, 1);
+        }
     } else if (s == HWT_RUNNING && next_run) {
         bool again;
         int missed = (int)((to->flags & MISSED_MASK) >> MISSED_SHIFT);
@@ -1352,6 +1371,8 @@ static int rearm(hwt_timeout *to, bool next_run, int64_t period_ns, int64_t star
         /* pushed under the lock: stop() closes the stack only after it
            has set cancel_closed, so it is open, and stop() will sweep it */
         next = hwt_timeout_deadline(to); /* once pushed, it is the worker's */
+        if (once)
+            count(&t->revoked, 1); /* a one-shot put back without a reset */
         to->link.prev = NULL;
         atomic_store(&to->state, HWT_QUEUED);
         push_new(t, to);
@@ -1375,15 +1396,35 @@ int hwt_timeout_requeue(hwt_timeout *to)
 uint32_t hwt_timeout_finish(hwt_timeout *to, uint32_t final)
 {
     hwt_timer *t = to->sink->timer;
+    bool once = !hwt_timeout_periodic(to);
     pthread_mutex_lock(&t->cancel_lock);
-    uint32_t s = atomic_load(&to->state);
-    bool ends = s != HWT_CANCELLED; /* else cancel() ended and counted it */
-    if (ends)
+    uint32_t s = atomic_load(&to->state), was = s;
+    /* else cancel() ended and counted it (or, a one-shot, it began) */
+    bool ends = s != HWT_CANCELLED && !(once && s == HWT_EXPIRED);
+    if (ends) {
         atomic_store(&to->state, s = final);
+        /* a one-shot's delivery counted it expired, unless a reset made
+           it pending again */
+        if (once && final == HWT_CANCELLED) {
+            count_out(t, s);
+            if (was == HWT_RUNNING)
+                count(&t->revoked, 1);
+        }
+    }
     pthread_mutex_unlock(&t->cancel_lock);
-    if (ends)
+    if (ends && !once)
         count_out(t, s);
     return s;
+}
+
+uint32_t hwt_timeout_begin(hwt_timeout *to)
+{
+    uint32_t s = HWT_RUNNING;
+    /* cancel and reset change a RUNNING state with a CAS too (under the
+       cancel lock, which this does not need): whichever comes first wins */
+    if (atomic_compare_exchange_strong(&to->state, &s, HWT_EXPIRED))
+        return HWT_EXPIRED;
+    return s; /* EXPIRED (delivered so), CANCELLED or RUNNING_RESET */
 }
 
 int64_t hwt_timer_pending(hwt_timer *t)
@@ -1393,8 +1434,12 @@ int64_t hwt_timer_pending(hwt_timer *t)
 
 void hwt_timer_stats(hwt_timer *t, hwt_stats *out)
 {
+    uint64_t revoked = atomic_load(&t->revoked);
+    uint64_t expired = atomic_load_explicit(&t->expired, memory_order_acquire);
     out->expired_periodic = atomic_load(&t->expired_out);
-    out->expired = atomic_load_explicit(&t->expired, memory_order_acquire) + out->expired_periodic;
+    /* a cancel may revoke an expiry the worker has yet to count */
+    out->expired = (expired > revoked ? expired - revoked : 0) + out->expired_periodic;
+    out->revoked = revoked;
     out->cancelled = cancelled_total(t);
     out->scheduled = atomic_load_explicit(&t->scheduled, memory_order_relaxed);
     out->pending = out->scheduled > out->expired + out->cancelled
@@ -1726,9 +1771,10 @@ hwt_timeout *hwt_sink_close(hwt_sink *s)
     hwt_timeout *list = s->head;
     s->head = s->tail = NULL;
     pthread_mutex_unlock(&s->lock);
-    /* periodic ones delivered here will not run again: they end now */
+    /* periodic ones delivered here will not run again, and one-shots
+       delivered RUNNING will not run: they end now */
     for (hwt_timeout *to = list; to; to = hwt_timeout_of(to->link.next)) {
-        if (hwt_timeout_periodic(to))
+        if (hwt_timeout_delivered_running(to))
             hwt_timeout_finish(to, HWT_CANCELLED);
     }
     return list;

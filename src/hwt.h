@@ -67,12 +67,15 @@ typedef struct hwt_link {
      RESET    on the wheel, a reset queued for the worker to relink it;
               never expired in this state, so never at the old deadline
      RUNNING  periodic: delivered, its run about to start or going; off the
-              wheel until hwt_timeout_rearm() or _requeue() puts it back
+              wheel until hwt_timeout_rearm() or _requeue() puts it back.
+              One-shot, delivered to a sink with `ends_once`: its run not
+              yet begun (hwt_timeout_begin() ends it)
      RUNNING_RESET  the same, with a reset already fixing the next deadline
    QUEUED -> INIT (the worker's transfer), INIT -> RESET -> INIT (the
    worker), INIT -> EXPIRED (one-shot expiry), INIT -> RUNNING -> QUEUED
-   (periodic expiry, then re-arm), any but EXPIRED -> CANCELLED, RUNNING ->
-   EXPIRED (the run ended it). */
+   (periodic expiry, or a one-shot's to an `ends_once` sink, then re-arm or
+   requeue), any but EXPIRED -> CANCELLED, RUNNING -> EXPIRED (the run
+   ended it, or a one-shot's run begins). */
 enum {
     HWT_INIT = 0,
     HWT_CANCELLED = 1,
@@ -117,6 +120,11 @@ static inline bool hwt_timeout_periodic(const hwt_timeout *to)
     return (to->flags & HWT_PERIODIC) != 0;
 }
 
+/* Whether `to` expires as HWT_RUNNING, not final, its consumer to end it:
+   periodic, or one-shot bound for a sink with `ends_once` (defined below).
+   Read it when hwt_timeout_periodic() may be read. */
+static inline bool hwt_timeout_delivered_running(const hwt_timeout *to);
+
 /* The deadline (ns since the timer's start) it is due at now. */
 static inline int64_t hwt_timeout_deadline(const hwt_timeout *to)
 {
@@ -143,8 +151,14 @@ typedef struct hwt_stats {
     int64_t pending;
     uint64_t scheduled, expired, cancelled, rejected;
     /* of `expired`, the periodic timeouts that ended so (hwt_timeout_finish
-       with HWT_EXPIRED): their runs are not expiries of the wheel */
+       with HWT_EXPIRED): their runs are not expiries of the wheel.  A
+       one-shot delivered to an `ends_once` sink counts as expired from its
+       delivery, and moves to `cancelled` if a cancel comes before its run
+       begins (back to pending if a reset does) */
     uint64_t expired_periodic;
+    /* such one-shots that a cancel or reset took back out of `expired`:
+       expired + revoked - expired_periodic counts the one-shot deliveries */
+    uint64_t revoked;
     uint64_t ticks;   /* ticks processed: a bucket expired, or a far level cascaded */
     uint64_t wakeups; /* times the worker woke from sleep */
     uint64_t max_expired_per_tick;
@@ -284,8 +298,18 @@ int hwt_timeout_requeue(hwt_timeout *to);
 /* Ends a delivered periodic timeout for good (its task raised: `final`
    HWT_EXPIRED; it will not run: HWT_CANCELLED) and counts it, unless a
    cancel came first (which counted it).  Returns its final state; the
-   caller owns it. */
+   caller owns it.  Also ends a one-shot delivered RUNNING that will not
+   run (HWT_CANCELLED). */
 uint32_t hwt_timeout_finish(hwt_timeout *to, uint32_t final);
+
+/* Begins the run of a one-shot timeout delivered RUNNING to an `ends_once`
+   sink: one compare-and-swap, RUNNING -> EXPIRED, after which cancel and
+   reset find it expired.  Returns the state it found or made:
+     HWT_EXPIRED        run it now (also for one delivered EXPIRED);
+     HWT_CANCELLED      a cancel came first (and counted it): do not run it;
+     HWT_RUNNING_RESET  a reset moved it: hwt_timeout_requeue() it, do not
+                        run it. */
+uint32_t hwt_timeout_begin(hwt_timeout *to);
 
 /* Returns an HWT_* code or an errno value: HWT_OK if this call cancelled
    `to`, HWT_EFINAL if it had expired or been cancelled already, ENOMEM if
@@ -376,6 +400,12 @@ struct hwt_sink {
     bool released_waiting; /* hwt_sink_wait returns: released timeouts wait */
     bool sleeping;         /* its consumer waits in hwt_sink_wait */
     bool handing_over;     /* the worker waits for what it woke the consumer for */
+    /* set by the embedder before anything is scheduled for the sink, fixed
+       from then on: one-shot timeouts are delivered here RUNNING, not
+       EXPIRED, and stay cancellable until the consumer begins each run
+       with hwt_timeout_begin() (or ends it with hwt_timeout_finish, or
+       puts a reset one back with hwt_timeout_requeue) */
+    bool ends_once;
     /* the worker's own: the batch it is building this tick */
     hwt_timeout *batch_head, *batch_tail;
     hwt_sink *batch_next;
@@ -383,6 +413,11 @@ struct hwt_sink {
     /* the timer's list of sinks, under the timer's sinks lock */
     hwt_sink *next_sink, *prev_sink;
 };
+
+static inline bool hwt_timeout_delivered_running(const hwt_timeout *to)
+{
+    return hwt_timeout_periodic(to) || (to->sink && to->sink->ends_once);
+}
 
 /* The sink for timeouts without one of their own.  Owned by the timer. */
 hwt_sink *hwt_timer_default_sink(hwt_timer *t);

@@ -216,14 +216,23 @@ void hwtimer_loop_sinks_stop_periodic(TimerObject *timer, PyObject *list)
     /* Each sink's list of live timeouts holds them all, wherever they
        are: held by the sink, taken by the loop's _run(), in their run.
        Delivered and not re-armed, a periodic one is RUNNING (or
-       RUNNING_RESET), off the wheel, so stop()'s sweep missed it.  Nothing
-       here runs Python, so the lists stay as they are meanwhile. */
+       RUNNING_RESET), off the wheel, so stop()'s sweep missed it.  So is
+       a call_later() one reset after it was handed over and before it
+       ran: it is pending again.  One still RUNNING was handed over before
+       the stop and runs.  Nothing here runs Python, so the lists stay as
+       they are meanwhile. */
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(timer->loop_sinks); i++) {
         LoopSinkObject *s = sink_at(timer->loop_sinks, i);
         for (LoopTimeoutObject *to = s ? s->timeouts : NULL; to; to = to->sink_next) {
             uint32_t state = atomic_load(&to->base.node.state);
-            if (to->period != 0 && (state == HWT_RUNNING || state == HWT_RUNNING_RESET))
+            if (to->period == 0 && state == HWT_RUNNING_RESET && to->owned) {
+                /* the library's own deadline (a scope's, a sleep's): it
+                   goes on on the loop, as one stop() swept does */
+                if (hwt_timeout_cancel(&to->base.node) == HWT_OK && to->on_stop)
+                    hwtimer_loop_timeout_stopped(to);
+            } else if (state == HWT_RUNNING_RESET || (to->period != 0 && state == HWT_RUNNING)) {
                 hwtimer_stop_delivered(&to->base, list);
+            }
         }
     }
 }
@@ -724,6 +733,10 @@ static LoopSinkObject *sink_new(TimerObject *timer, PyObject *loop)
     int err = hwt_wakefd_open(&s->wakefd);
     if (!err)
         err = hwt_sink_init(&s->sink, timer->core, loop_sink_wake, s->wakefd.write_fd, timer);
+    /* a call_later() callback handed to the loop stays cancellable until
+       it starts, as asyncio's handle is: delivered RUNNING, its run ends it */
+    if (!err)
+        s->sink.ends_once = true;
     if (err) {
         hwt_wakefd_close(&s->wakefd);
         s->sink.timer = NULL;

@@ -18,12 +18,14 @@
 #define MAX_IDLE_STEPS 1000000
 
 /* The one-shot timeouts expired so far: a periodic one that ended
-   expired (its task raised) has had its runs counted already. */
+   expired (its task raised) has had its runs counted already.  One handed
+   to a loop counts, also if a cancel or reset took it back before it ran
+   (each time it was handed over). */
 static uint64_t expired_count(TimerObject *self)
 {
     hwt_stats s;
     hwt_timer_stats(self->core, &s);
-    return s.expired - s.expired_periodic;
+    return s.expired + s.revoked - s.expired_periodic;
 }
 
 /* What advance() returns: how many tasks ran or were handed over.  The

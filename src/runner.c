@@ -361,6 +361,15 @@ int hwtimer_run_timeout(TimerObject *timer, TimeoutObject *to, hwtimer_batch *ba
             requeue(timer, to); /* reset since: this run moves to the new deadline */
             return 0;
         }
+    } else if (node->sink->ends_once) {
+        /* a call_later() callback: from here on, cancel() finds it expired */
+        uint32_t state = hwt_timeout_begin(node);
+        if (state == HWT_CANCELLED)
+            return 0; /* cancelled since it was handed over: counted, not run */
+        if (state == HWT_RUNNING_RESET) {
+            requeue(timer, to); /* reset since: it waits for its new deadline */
+            return 0;
+        }
     }
     bool timed = times_next(batch, node);
     batch->ran++;

@@ -271,7 +271,8 @@ bool hwt_wheel_expire(hwt_wheel *w, size_t limit, hwt_wheel_expire_fn fn, void *
             link_at(w, cancelled_index(w), to);
             continue;
         }
-        atomic_store_explicit(&to->state, hwt_timeout_periodic(to) ? HWT_RUNNING : HWT_EXPIRED,
+        atomic_store_explicit(&to->state,
+                              hwt_timeout_delivered_running(to) ? HWT_RUNNING : HWT_EXPIRED,
                               memory_order_release);
         if (!fn(ctx, to))
             break;

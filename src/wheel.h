@@ -98,7 +98,8 @@ void hwt_wheel_advance(hwt_wheel *w, int64_t tick);
 typedef bool (*hwt_wheel_expire_fn)(void *ctx, hwt_timeout *to);
 /* Expires the bucket of tick `elapsed`: moves each timeout still INIT to
    EXPIRED (HWT_RUNNING for a periodic one, which comes back by
-   hwt_timeout_rearm), unlinks it and hands it to fn, in scheduling order.
+   hwt_timeout_rearm, and for a one-shot bound for an `ends_once` sink,
+   which its consumer ends), unlinks it and hands it to fn, in scheduling order.
    Cancelled or reset ones move to the passed-over list, linked still, for
    their queued entry to unlink or relink.  Stops after `limit` timeouts, or
    after the one fn returned false for.  Returns whether the bucket is empty.

@@ -177,6 +177,96 @@ def test_call_later_cancel(run: Any) -> None:
     run(main)
 
 
+def _handed_over(timer: Any, n: int) -> None:
+    """Blocks the loop's thread until `n` call_later callbacks of `timer`
+    have fallen due and been handed to the loop, which has not run them."""
+    end = time.monotonic() + SOON
+    while timer.stats()["expired"] < n:
+        assert time.monotonic() < end
+        time.sleep(0.01)
+    time.sleep(0.05)  # the worker's batch is in the loop's hands
+
+
+def test_call_later_cancel_after_handover_before_its_run(run: Any, own_timer: Any) -> None:
+    # as asyncio's TimerHandle: cancellable until the callback starts, also
+    # once the timer has handed it to the loop in this very turn
+    async def main() -> None:
+        called: list[int] = []
+        handle = own_timer.call_later(0.02, called.append, 1)
+        _handed_over(own_timer, 1)  # the loop is blocked meanwhile
+        assert not handle.is_cancelled()
+        assert handle.cancel() is True
+        assert handle.cancel() is False
+        assert handle.is_cancelled() and not handle.is_expired()
+        stats = own_timer.stats()
+        assert (stats["cancelled"], stats["expired"], stats["pending"]) == (1, 0, 0)
+        await asyncio.sleep(0.2)  # the loop takes what it was handed
+        assert called == []
+        stats = own_timer.stats()
+        assert (stats["cancelled"], stats["expired"], stats["pending"]) == (1, 0, 0)
+
+    run(main)
+
+
+def test_call_later_cancel_of_its_own_handle_in_its_run(run: Any, own_timer: Any) -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        done = loop.create_future()
+        handles: list[Any] = []
+
+        def callback() -> None:
+            done.set_result((handles[0].cancel(), handles[0].is_expired()))
+
+        handles.append(own_timer.call_later(0.02, callback))
+        _handed_over(own_timer, 1)
+        assert await asyncio.wait_for(done, SOON) == (False, True)
+        assert not handles[0].is_cancelled()
+        stats = own_timer.stats()
+        assert (stats["cancelled"], stats["expired"], stats["pending"]) == (0, 1, 0)
+
+    run(main)
+
+
+def test_call_later_reset_after_handover_moves_it(run: Any, own_timer: Any) -> None:
+    # a reset before the callback starts moves it, as one before it fell due does
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        done = loop.create_future()
+        handle = own_timer.call_later(0.02, lambda: done.set_result(time.monotonic()))
+        _handed_over(own_timer, 1)
+        moved = time.monotonic()
+        assert handle.reset(0.3) is True
+        await asyncio.sleep(0.1)
+        assert not done.done()
+        assert own_timer.stats()["pending"] == 1
+        assert await asyncio.wait_for(done, SOON) >= moved + 0.3
+        stats = own_timer.stats()
+        assert (stats["cancelled"], stats["expired"], stats["pending"]) == (0, 1, 0)
+
+    run(main)
+
+
+def test_stop_returns_a_call_later_reset_after_handover(run: Any) -> None:
+    # reset after its handover, it was pending again: stop() returns it,
+    # and one handed over before the stop and not reset still runs
+    async def main() -> None:
+        called: list[int] = []
+        with hwtimer.HashedWheelTimer(0.005, 256) as timer:
+            moved = timer.call_later(0.02, called.append, 1)
+            kept = timer.call_later(0.02, called.append, 2)
+            _handed_over(timer, 2)
+            assert moved.reset(60) is True
+            assert timer.stop() == [moved]
+            assert moved.is_cancelled() and not kept.is_cancelled()
+            await asyncio.sleep(0.1)
+            assert called == [2]
+            assert kept.is_expired() and kept.cancel() is False
+            stats = timer.stats()
+            assert (stats["cancelled"], stats["expired"], stats["pending"]) == (1, 1, 0)
+
+    run(main)
+
+
 def test_call_later_cancel_lets_go_of_the_arguments(run: Any) -> None:
     # as asyncio's handle.cancel() does: a handle kept after its cancel
     # does not keep what the callback would have got

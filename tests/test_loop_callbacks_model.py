@@ -17,11 +17,12 @@ ManualTimer, and through a model of what the documentation promises:
 - callbacks of one tick run in the order the wheel took them in: a tick
   (and ``stats()``) first relinks those reset since, in reset order, then
   takes in those scheduled since, in scheduling order;
-- ``cancel()`` and ``reset()`` answer as on ``new_timeout()`` handles: a
-  one-shot handed to the loop has expired, a periodic one whose run has not
-  begun is still pending (cancelled, it does not run; reset, the run moves
-  to the new deadline), and one in its own run takes the cancel or the next
-  deadline;
+- ``cancel()`` and ``reset()`` answer as asyncio's handles do: a callback
+  handed to the loop whose run has not begun can still be cancelled (it
+  does not run) or reset (the run moves to the new deadline); a one-shot
+  counts as expired from its handover until such a cancel (then cancelled)
+  or reset (then pending); a one-shot in its own run has expired, and a
+  periodic one in its own run takes the cancel or the next deadline;
 - each callback sees the ``contextvars`` copy taken by its call (or the
   context given); a failure goes to the loop's exception handler and to
   ``task_errors`` and stops nothing but that periodic timeout;
@@ -174,7 +175,13 @@ class Model:
             self.start = self.clock
 
     def pending(self) -> int:
-        return sum(1 for it in self.items if it.state not in ("done", "running-cancelled"))
+        # a one-shot handed over counts as expired until its run
+        return sum(
+            1
+            for it in self.items
+            if it.state not in ("done", "running-cancelled")
+            and not (it.state == "handed" and not it.spec.every)
+        )
 
     def link(self) -> None:
         """A tick, or stats(): relinks the reset ones, then takes in the
@@ -212,6 +219,9 @@ class Model:
             return False
         it.cancelled = True
         self.stats["cancelled"] += 1
+        if it.state == "handed" and not it.spec.every:
+            it.expired = False  # handed over, not run: cancelled instead
+            self.stats["expired"] -= 1
         if it.state != "running":
             it.state = "done"
         else:
@@ -228,6 +238,9 @@ class Model:
             it.relink = self._next("reset")
         elif it.state == "handed":
             it.state = "handed-reset"
+            if not it.spec.every:
+                it.expired = False  # pending again
+                self.stats["expired"] -= 1
         elif it.state == "running":
             it.reset_in_run = True
         return True
@@ -238,15 +251,15 @@ class Model:
         it.relink = 0
 
     def run(self, it: Item, api: Any) -> None:
-        if it.spec.every and it.state == "done":  # cancelled before its run
+        if it.state == "done":  # cancelled before its run
             return
         if it.state == "handed-reset":
             self.requeue(it)
             return
         k = it.runs
         it.runs += 1
-        if it.spec.every:
-            it.state = "running"
+        # a one-shot ends as its run begins: a cancel in it comes too late
+        it.state = "running" if it.spec.every else "done"
         self.trace.append(("run", it.ident, k, self.clock, it.tag, True))
         perform_actions(api, it.ident, it.spec, k, it.tag)
         failed = it.spec.raise_run == k
@@ -294,10 +307,8 @@ class Model:
             batch = sorted((it for it in due if it.due == end), key=lambda it: it.seq)
             for it in batch:
                 count += 1
-                if it.spec.every:
-                    it.state = "handed"
-                else:
-                    it.state = "done"
+                it.state = "handed"
+                if not it.spec.every:
                     it.expired = True
                     self.stats["expired"] += 1
             for it in batch:

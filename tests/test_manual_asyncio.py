@@ -85,6 +85,40 @@ def test_call_later_is_handed_to_the_loop(manual_timer: ManualTimer, run: Any) -
     run(main)
 
 
+def test_call_later_handed_to_the_loop_is_cancellable_until_it_runs(
+    manual_timer: ManualTimer, run: Any
+) -> None:
+    # as asyncio's TimerHandle: a cancel in the loop's thread after the
+    # handover, before the loop ran the callback, wins
+    async def main() -> None:
+        ran: list[int] = []
+        handles: list[Any] = []
+
+        def cancel_own(k: int) -> None:
+            ran.append(k)
+            handles[k].cancel()  # its own, in its run: too late, False
+
+        for k in range(3):
+            handles.append(manual_timer.call_later(1, cancel_own, k))
+        assert manual_timer.advance(1) == 3  # handed over, not run
+        assert handles[1].cancel() is True
+        assert handles[2].reset(1) is True  # due at 2.0
+        assert handles[1].is_cancelled() and not handles[1].is_expired()
+        stats = manual_timer.stats()
+        assert (stats["expired"], stats["cancelled"], stats["pending"]) == (1, 1, 1)
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert ran == [0]
+        assert handles[0].is_expired() and handles[0].cancel() is False
+        assert await manual_timer.advance_async(1) == 1  # the reset one, at 2.0
+        assert ran == [0, 2]
+        assert handles[2].cancel() is False and handles[2].is_expired()
+        stats = manual_timer.stats()
+        assert (stats["expired"], stats["cancelled"], stats["pending"]) == (2, 1, 0)
+
+    run(main)
+
+
 def test_call_every_runs_at_each_tick_on_the_loop(manual_timer: ManualTimer, run: Any) -> None:
     async def main() -> None:
         times: list[float] = []

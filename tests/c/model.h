@@ -117,7 +117,8 @@ typedef struct m_item {
     uint64_t seen_stamp; /* the delivery check that last saw it */
     int64_t period;      /* > 0: periodic */
     int missed;          /* its HWT_MISSED_* */
-    bool delivered;      /* periodic, delivered by the last advance: to run */
+    bool delivered;      /* periodic, or one-shot to an ends_once sink, delivered
+                            by the last advance: to run */
     bool linked_never;   /* linked (transferred) with deadline HWT_NEVER */
 } m_item;
 
@@ -309,8 +310,10 @@ static void m_check_list(m_run *r, size_t n, int from, int64_t rel, const char *
         int routed = it->target == 0   ? M_FROM_DEFAULT
                      : r->sink2_closed ? M_FROM_RELEASED
                                        : M_FROM_SECOND;
-        /* a periodic one runs, unless its sink is gone: it ends cancelled */
-        uint32_t expect = !it->period                 ? HWT_EXPIRED
+        /* a periodic one runs, unless its sink is gone: it ends cancelled;
+           so does a one-shot bound for a sink with ends_once */
+        bool ended_by_consumer = it->period || (it->target == 1 && r->sink2.ends_once);
+        uint32_t expect = !ended_by_consumer          ? HWT_EXPIRED
                           : routed == M_FROM_RELEASED ? HWT_CANCELLED
                                                       : HWT_RUNNING;
         M_CHECK(r, state == expect, "%s: expired item %u has state %u, expected %u", where, it->id,
@@ -716,6 +719,63 @@ static void m_run_periodic(m_run *r, m_item *it)
     }
 }
 
+/* Runs, or does not, a one-shot item delivered RUNNING to the second sink
+   (ends_once): before its run begins a cancel or a reset still wins (and
+   takes it back out of `expired`), or its consumer ends it unrun; once
+   hwt_timeout_begin() has made it EXPIRED, neither does. */
+static void m_run_once(m_run *r, m_item *it)
+{
+    uint64_t k = m_below(r->src, 6);
+    m_trace(r, "deliver item %u to ends_once: %s", it->id,
+            k == 0   ? "cancel"
+            : k == 1 ? "reset"
+            : k == 2 ? "finish"
+                     : "run");
+    it->delivered = false;
+    if (k == 0) {
+        M_CHECK(r, hwt_timeout_cancel(&it->to) == HWT_OK, "cancel of delivered item %u failed",
+                it->id);
+        M_CHECK(r, hwt_timeout_cancel(&it->to) == HWT_EFINAL, "second cancel of item %u", it->id);
+        r->expired--;
+        r->cancelled++;
+        m_check_counts(r);
+        uint32_t s = hwt_timeout_begin(&it->to);
+        M_CHECK(r, s == HWT_CANCELLED, "begin of cancelled item %u gave %u", it->id, s);
+        it->where = M_FREE;
+    } else if (k == 1) {
+        int64_t delay = m_pick_delay(r);
+        M_CHECK(r, hwt_timeout_reset(&it->to, delay) == HWT_OK, "reset of delivered item %u",
+                it->id);
+        it->deadline = m_deadline_after(r, m_rel(r), delay);
+        r->expired--;
+        r->pending++;
+        m_check_counts(r); /* pending again from the reset on */
+        uint32_t s = hwt_timeout_begin(&it->to);
+        M_CHECK(r, s == HWT_RUNNING_RESET, "begin of reset item %u gave %u", it->id, s);
+        int rc = hwt_timeout_requeue(&it->to);
+        M_CHECK(r, rc == HWT_OK, "requeue of reset item %u returned %d", it->id, rc);
+        M_CHECK(r, hwt_timeout_deadline(&it->to) == it->deadline,
+                "requeue of item %u: deadline %" PRId64 ", model %" PRId64, it->id,
+                hwt_timeout_deadline(&it->to), it->deadline);
+        it->transferred = false;
+        it->relink = 0;
+        it->queued = ++r->queue_order;
+    } else if (k == 2) { /* its consumer went away: it will not run */
+        uint32_t s = hwt_timeout_finish(&it->to, HWT_CANCELLED);
+        M_CHECK(r, s == HWT_CANCELLED, "finish of delivered item %u gave %u", it->id, s);
+        r->expired--;
+        r->cancelled++;
+        it->where = M_FREE;
+    } else {
+        uint32_t s = hwt_timeout_begin(&it->to);
+        M_CHECK(r, s == HWT_EXPIRED, "begin of delivered item %u gave %u", it->id, s);
+        M_CHECK(r, hwt_timeout_cancel(&it->to) == HWT_EFINAL, "cancel of begun item %u", it->id);
+        M_CHECK(r, hwt_timeout_reset(&it->to, 1) == HWT_EFINAL, "reset of begun item %u", it->id);
+        it->where = M_FREE;
+    }
+    m_check_counts(r);
+}
+
 /* Links what is waiting: reset items in reset order, then queued ones in
    queue order (selection by the smallest key: the items are few). */
 static void m_link_waiting(m_run *r)
@@ -782,8 +842,15 @@ static void m_advance_to(m_run *r, int64_t now)
                 it->delivered = true; /* runs below, then comes back */
                 continue;
             }
+            bool once_live = !it->period && it->target == 1 && r->sink2.ends_once;
+            if (once_live && !r->sink2_closed) {
+                it->delivered = true; /* runs below; expired until then */
+                r->expired++;
+                r->pending--;
+                continue;
+            }
             it->where = M_FREE;
-            if (it->period)
+            if (it->period || once_live)
                 r->cancelled++; /* its sink is gone */
             else
                 r->expired++;
@@ -819,8 +886,10 @@ static void m_advance_to(m_run *r, int64_t now)
                     ret, r->start + (min_due + 1) * tick, min_due);
     }
     for (size_t i = 0; i < r->nitems; i++) {
-        if (r->items[i]->delivered)
+        if (r->items[i]->delivered && r->items[i]->period)
             m_run_periodic(r, r->items[i]);
+        else if (r->items[i]->delivered)
+            m_run_once(r, r->items[i]);
     }
 }
 
@@ -1156,13 +1225,14 @@ static void m_setup(m_run *r, m_source *src, const char *what, size_t max_items)
     M_CHECK(r, hwt_timer_now(r->t) == r->clock, "hwt_timer_now is not the injected clock");
     if (m_below(src, 2)) {
         M_CHECK(r, hwt_sink_init(&r->sink2, r->t, NULL, -1, r) == 0, "hwt_sink_init failed");
+        r->sink2.ends_once = m_below(src, 2); /* one-shots delivered RUNNING */
         r->sink2_ready = true;
     }
     m_trace(r,
             "setup: tick %" PRId64 " wheel %" PRIu32 " items %zu max_pending %" PRId64
-            " every_tick %d base %" PRId64 " sink2 %d",
+            " every_tick %d base %" PRId64 " sink2 %d ends_once %d",
             r->cfg.tick_ns, r->wheel, r->nitems, r->cfg.max_pending, (int)r->cfg.wake_every_tick,
-            r->clock, (int)r->sink2_ready);
+            r->clock, (int)r->sink2_ready, (int)r->sink2.ends_once);
 }
 
 static void m_teardown(m_run *r)

@@ -25,6 +25,14 @@
  * every point for a burst), and each ends exactly once; pending returns
  * to 0 and the counters add up.
  *
+ * Hand-over rounds (handover_round) deliver one-shots to a sink with
+ * ends_once, as the binding's loop sinks do, whose consumer begins each
+ * run with hwt_timeout_begin() (sometimes late, as a busy loop does) while
+ * other threads cancel and reset them: a cancel that returned HWT_OK and a
+ * run never both happen, each one-shot runs or is cancelled exactly once,
+ * a reset one goes back and runs at its new deadline, and the counters add
+ * up: expired the runs, cancelled the cancels, pending 0.
+ *
  * A start race schedules from several threads while the timer starts:
  * each schedule is refused or counts from the start time.
  *
@@ -881,6 +889,147 @@ static void rearm_round(int64_t tick_ns, bool race_stop, uint64_t seed)
     free(sh);
 }
 
+/* ---- one-shots handed over to an ends_once sink ---- */
+
+#define HO_ITEMS      1024
+#define HO_CANCELLERS 2
+
+typedef struct ho_item {
+    hwt_timeout to;
+    _Atomic int outcome; /* 0, 1 ran, 2 a cancel won */
+} ho_item;
+
+typedef struct ho_shared {
+    hwt_timer *t;
+    hwt_sink sink;
+    ho_item *items;
+    _Atomic bool done;
+    _Atomic uint64_t ran, cancel_wins, requeued, resets;
+    _Atomic size_t scheduled; /* items[0 .. scheduled - 1] were scheduled */
+    uint64_t seed;
+} ho_shared;
+
+static void *ho_consumer(void *arg)
+{
+    ho_shared *sh = arg;
+    uint64_t rng = sh->seed ^ 0x5bd1e995u;
+    bool finished = false;
+    while (!finished) {
+        hwt_timeout *list = hwt_sink_wait(&sh->sink, &finished, NULL);
+        while (list) {
+            hwt_timeout *next = hwt_timeout_of(list->link.next);
+            ho_item *it = (ho_item *)(void *)list;
+            uint64_t r = next_rand(&rng);
+            if (r % 4 == 0) /* a busy loop: the cancels get their chance */
+                sleep_ns((int64_t)(r >> 8) % 50000);
+            uint32_t s = hwt_timeout_begin(list);
+            if (s == HWT_EXPIRED) {
+                int64_t now = hwt_monotonic_ns(NULL) - hwt_timer_start_time(sh->t);
+                if (now < hwt_timeout_deadline(list))
+                    fail("handover item %td ran before its deadline", it - sh->items);
+                if (atomic_exchange(&it->outcome, 1) != 0)
+                    fail("handover item %td ran after a cancel won, or twice", it - sh->items);
+                if (hwt_timeout_cancel(list) != HWT_EFINAL)
+                    fail("handover item %td cancelled in its run", it - sh->items);
+                atomic_fetch_add(&sh->ran, 1);
+            } else if (s == HWT_RUNNING_RESET) {
+                int rc = hwt_timeout_requeue(list);
+                if (rc != HWT_OK && rc != HWT_ECANCELLED)
+                    fail("handover item %td: requeue returned %d", it - sh->items, rc);
+                atomic_fetch_add(&sh->requeued, 1);
+            } else if (s != HWT_CANCELLED) {
+                fail("handover item %td: begin gave state %u", it - sh->items, s);
+            }
+            list = next;
+        }
+        (void)hwt_timer_take_released(sh->t); /* cancelled on the wheel */
+    }
+    return NULL;
+}
+
+static void *ho_canceller(void *arg)
+{
+    ho_shared *sh = arg;
+    uint64_t rng = sh->seed ^ (uint64_t)(uintptr_t)&rng;
+    while (!atomic_load(&sh->done)) {
+        uint64_t r = next_rand(&rng);
+        size_t n = atomic_load(&sh->scheduled);
+        ho_item *it = &sh->items[n ? (r >> 16) % n : 0];
+        if (!n) {
+            sleep_ns(10000);
+            continue;
+        }
+        if (r % 8 == 0) {
+            if (hwt_timeout_cancel(&it->to) == HWT_OK) {
+                if (atomic_exchange(&it->outcome, 2) != 0)
+                    fail("handover item %td: a cancel won after its run began", it - sh->items);
+                atomic_fetch_add(&sh->cancel_wins, 1);
+            }
+        } else if (r % 8 == 1) {
+            if (hwt_timeout_reset(&it->to, (int64_t)(r >> 24) % 2000000) == HWT_OK)
+                atomic_fetch_add(&sh->resets, 1);
+        }
+        sleep_ns((int64_t)(r >> 32) % 20000);
+    }
+    return NULL;
+}
+
+static void handover_round(uint64_t seed)
+{
+    ho_shared *sh = calloc(1, sizeof(*sh));
+    hwt_config hc = {.tick_ns = 100000, .ticks_per_wheel = 64, .thread_name = "hwt-handover"};
+    if (!sh || !(sh->items = calloc(HO_ITEMS, sizeof(ho_item))) || !(sh->t = hwt_timer_new(&hc)) ||
+        hwt_timer_start(sh->t) != 0 || hwt_sink_init(&sh->sink, sh->t, NULL, -1, NULL) != 0) {
+        fail("handover round: setup failed");
+        exit(1);
+    }
+    sh->sink.ends_once = true;
+    sh->seed = seed;
+    uint64_t rng = seed;
+    pthread_t cons, can[HO_CANCELLERS];
+    pthread_create(&cons, NULL, ho_consumer, sh);
+    for (int i = 0; i < HO_CANCELLERS; i++)
+        pthread_create(&can[i], NULL, ho_canceller, sh);
+    for (size_t i = 0; i < HO_ITEMS; i++) {
+        sh->items[i].to.sink = &sh->sink;
+        int rc = hwt_timer_schedule(sh->t, &sh->items[i].to, (int64_t)(next_rand(&rng) % 3000000));
+        if (rc != HWT_OK)
+            fail("handover round: schedule returned %d", rc);
+        atomic_store(&sh->scheduled, i + 1);
+        if (i % 64 == 0)
+            sleep_ns(100000);
+    }
+    int64_t give_up = hwt_monotonic_ns(NULL) + SETTLE_LIMIT_NS;
+    while (atomic_load(&sh->ran) + atomic_load(&sh->cancel_wins) < HO_ITEMS &&
+           hwt_monotonic_ns(NULL) < give_up)
+        sleep_ns(1000000);
+    atomic_store(&sh->done, true);
+    for (int i = 0; i < HO_CANCELLERS; i++)
+        pthread_join(can[i], NULL);
+    hwt_timeout *returned = hwt_timer_stop(sh->t);
+    pthread_join(cons, NULL);
+    if (returned)
+        fail("handover round: stop returned timeouts after all ran or were cancelled");
+    uint64_t ran = atomic_load(&sh->ran), wins = atomic_load(&sh->cancel_wins);
+    for (size_t i = 0; i < HO_ITEMS; i++)
+        if (atomic_load(&sh->items[i].outcome) == 0)
+            fail("handover item %zu neither ran nor was cancelled", i);
+    hwt_stats st;
+    hwt_timer_stats(sh->t, &st);
+    if (st.scheduled != HO_ITEMS || st.expired != ran || st.cancelled != wins || st.pending != 0)
+        fail("handover round: stats scheduled %" PRIu64 " expired %" PRIu64 " cancelled %" PRIu64
+             " pending %" PRId64 ", counted %d / %" PRIu64 " ran / %" PRIu64 " cancelled",
+             st.scheduled, st.expired, st.cancelled, st.pending, HO_ITEMS, ran, wins);
+    printf("stress_core: handover round: %" PRIu64 " ran, %" PRIu64 " cancelled, %" PRIu64
+           " resets won, %" PRIu64 " requeued after a reset\n",
+           ran, wins, atomic_load(&sh->resets), atomic_load(&sh->requeued));
+    (void)hwt_sink_close(&sh->sink);
+    hwt_sink_destroy(&sh->sink);
+    hwt_timer_decref(sh->t);
+    free(sh->items);
+    free(sh);
+}
+
 /* ---- schedules racing the start ---- */
 
 #define START_RACERS 3
@@ -976,6 +1125,8 @@ int main(int argc, char **argv)
         run_round(&kinds[i % (int)(sizeof(kinds) / sizeof(kinds[0]))], seed + (uint64_t)i);
         if (!atomic_load(&failures))
             rearm_round(i % 2 ? 200000 : 1000000, i % 2 == 1, seed + (uint64_t)i);
+        if (!atomic_load(&failures))
+            handover_round(seed + (uint64_t)i);
     }
     if (atomic_load(&failures)) {
         fprintf(stderr, "stress_core: %d failed checks (seed %" PRIu64 ")\n",
