@@ -252,13 +252,39 @@ void hwtimer_keep_manual_error(TimerObject *timer, PyObject *exc)
     Py_XDECREF(keep);
 }
 
-void hwtimer_log_task_error(hwtimer_state *st, PyObject *timeout)
+/* Takes the pending exception, if any, out of the thread state, with its
+   traceback attached: no Python code may be called with one pending. */
+static PyObject *take_exception(void)
 {
     PyObject *type, *exc, *tb;
     PyErr_Fetch(&type, &exc, &tb);
     PyErr_NormalizeException(&type, &exc, &tb);
     if (tb && exc)
         PyException_SetTraceback(exc, tb);
+    Py_XDECREF(type);
+    Py_XDECREF(tb);
+    return exc;
+}
+
+/* Calls the "hwtimer" logger's `method` with `args` (taken; NULL, with the
+   error set, if building them failed) and exc_info=exc (or None), and
+   writes any failure as unraisable. */
+static void log_with(hwtimer_state *st, const char *method, PyObject *args, PyObject *exc)
+{
+    PyObject *kwargs = args ? Py_BuildValue("{s:O}", "exc_info", exc ? exc : Py_None) : NULL;
+    PyObject *log = kwargs ? PyObject_GetAttrString(st->logger, method) : NULL;
+    PyObject *r = log ? PyObject_Call(log, args, kwargs) : NULL;
+    if (!r)
+        PyErr_WriteUnraisable(st->logger);
+    Py_XDECREF(r);
+    Py_XDECREF(log);
+    Py_XDECREF(kwargs);
+    Py_XDECREF(args);
+}
+
+void hwtimer_log_task_error(hwtimer_state *st, PyObject *timeout)
+{
+    PyObject *exc = take_exception();
     TimerObject *timer = TIMER_OF((TimeoutObject *)timeout);
     if (timer->manual && timer->in_advance && exc &&
         PyErr_GivenExceptionMatches(exc, PyExc_KeyboardInterrupt))
@@ -266,43 +292,16 @@ void hwtimer_log_task_error(hwtimer_state *st, PyObject *timeout)
     else if (timer->manual && exc)
         hwtimer_keep_manual_error(timer, exc);
     PyObject *task = ((TimeoutObject *)timeout)->task;
-    PyObject *args = Py_BuildValue("(sOO)", "task %r of %r raised", task, timeout);
-    PyObject *kwargs = Py_BuildValue("{s:O}", "exc_info", exc ? exc : Py_None);
-    PyObject *warning = PyObject_GetAttrString(st->logger, "warning");
-    PyObject *r = args && kwargs && warning ? PyObject_Call(warning, args, kwargs) : NULL;
-    if (!r)
-        PyErr_WriteUnraisable(st->logger);
-    Py_XDECREF(r);
-    Py_XDECREF(warning);
-    Py_XDECREF(kwargs);
-    Py_XDECREF(args);
-    Py_XDECREF(type);
+    log_with(st, "warning", Py_BuildValue("(sOO)", "task %r of %r raised", task, timeout), exc);
     Py_XDECREF(exc);
-    Py_XDECREF(tb);
 }
 
 void hwtimer_log_error(hwtimer_state *st, const char *msg)
 {
-    /* The exception set, if any, says why: taken out, as no Python code
-       may be called with one pending, and logged with the message. */
-    PyObject *type, *exc, *tb;
-    PyErr_Fetch(&type, &exc, &tb);
-    PyErr_NormalizeException(&type, &exc, &tb);
-    if (tb && exc)
-        PyException_SetTraceback(exc, tb);
-    PyObject *args = Py_BuildValue("(s)", msg);
-    PyObject *kwargs = Py_BuildValue("{s:O}", "exc_info", exc ? exc : Py_None);
-    PyObject *error = PyObject_GetAttrString(st->logger, "error");
-    PyObject *r = args && kwargs && error ? PyObject_Call(error, args, kwargs) : NULL;
-    if (!r)
-        PyErr_WriteUnraisable(st->logger);
-    Py_XDECREF(r);
-    Py_XDECREF(error);
-    Py_XDECREF(kwargs);
-    Py_XDECREF(args);
-    Py_XDECREF(type);
+    /* The exception set, if any, says why: logged with the message. */
+    PyObject *exc = take_exception();
+    log_with(st, "error", Py_BuildValue("(s)", msg), exc);
     Py_XDECREF(exc);
-    Py_XDECREF(tb);
 }
 
 PyObject *hwtimer_import_attr(const char *module, const char *name)
