@@ -296,25 +296,30 @@ def _scope(meter: Any) -> tuple[Any, ...]:
     return (meter.name, meter.version, meter.schema_url)
 
 
+def _meter_behind(meter: Any) -> Any:
+    """The meter that makes `meter`'s instruments: for an OpenTelemetry
+    proxy meter, the meter it hands them to (None while it has none yet);
+    for any other, `meter` itself."""
+    proxy_cls = _proxy_meter_class()
+    if proxy_cls is not None and isinstance(meter, proxy_cls):
+        return getattr(meter, "_real_meter", None)
+    return meter
+
+
 def _otel_used(meter: Any) -> bool:
     """Whether register_otel() has made its instruments on `meter`, or on
     a meter that is or will be the same (see _otel_proxies).  Called with
     _otel_lock held."""
-    proxy_cls = _proxy_meter_class()
-    if proxy_cls is not None and isinstance(meter, proxy_cls):
-        real = getattr(meter, "_real_meter", None)
-        if real is None:  # not set yet: it becomes its scope's meter
-            scope = _scope(meter)
-            return any(
-                p is meter or (getattr(p, "_real_meter", None) is None and _scope(p) == scope)
-                for p in _otel_proxies
-            )
-        if any(p is meter for p in _otel_proxies):
-            return True
-        meter = real
-    if _otel_meters.get(id(meter)) is meter:
+    behind = _meter_behind(meter)
+    if behind is None:  # a proxy not set yet: it becomes its scope's meter
+        scope = _scope(meter)
+        return any(
+            p is meter or (getattr(p, "_real_meter", None) is None and _scope(p) == scope)
+            for p in _otel_proxies
+        )
+    if any(p is meter for p in _otel_proxies) or _otel_meters.get(id(behind)) is behind:
         return True
-    return any(getattr(p, "_real_meter", None) is meter for p in _otel_proxies)
+    return any(getattr(p, "_real_meter", None) is behind for p in _otel_proxies)
 
 
 def register_otel(meter: Any, *timers: HashedWheelTimer) -> list[Any]:
@@ -341,17 +346,14 @@ def register_otel(meter: Any, *timers: HashedWheelTimer) -> list[Any]:
 
 def _otel_remember(meter: Any) -> None:
     """Records that register_otel() has used `meter`: a proxy with no meter
-    behind it yet by its scope, any other by identity (a proxy with a meter
-    behind it, that meter too).  Called with _otel_lock held."""
-    proxy_cls = _proxy_meter_class()
-    if proxy_cls is not None and isinstance(meter, proxy_cls):
-        real = getattr(meter, "_real_meter", None)
-        if real is None:
-            _otel_proxies.append(meter)
-            return
-        _otel_remember(real)
+    behind it yet by its scope, any other by the identity of the meter
+    behind it.  Called with _otel_lock held."""
+    behind = _meter_behind(meter)
+    if behind is None:
+        _otel_proxies.append(meter)
+        return
     try:
-        _otel_meters[id(meter)] = meter
+        _otel_meters[id(behind)] = behind
     except TypeError:  # a meter that cannot be weakly referenced goes unchecked
         pass
 
