@@ -18,6 +18,13 @@ the figures whose runs disagree.  It writes
 ``benchmarks/results/growth.png``; ``--readme`` then rewrites the README's
 figures from them (``benchmarks/readme.py`` does that alone).
 
+A benchmark that fails (its module raises, a child it runs crashes or
+times out) is reported with its traceback, named under ``failed`` in
+results.json and in the output, and the run goes on to the next one; the
+script then exits with status 1 (and ``--readme`` leaves the README as it
+is).  results.json is rewritten after each benchmark, so that a run
+stopped part way keeps what the benchmarks before it measured.
+
 ``--quick`` uses smaller sizes (about ten minutes instead of tens);
 ``--size tiny`` is a smoke test of every benchmark in seconds, whose figures
 mean nothing.
@@ -62,6 +69,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 
 from common import (
     HERE,
@@ -232,6 +240,15 @@ def busy_notes(load: dict, result: dict) -> list[str]:
 # ---- the driver ----
 
 
+def write_results(r: dict, out: str) -> None:
+    """Writes results.json in `out` whole: a run stopped while it writes
+    leaves the last one there, not half of this one."""
+    path = os.path.join(out, "results.json")
+    with open(path + ".tmp", "w") as f:
+        json.dump(r, f, indent=1)
+    os.replace(path + ".tmp", path)
+
+
 def load_module(name: str):
     if HERE not in sys.path:
         sys.path.insert(0, HERE)
@@ -269,6 +286,8 @@ def print_report(r: dict, modules: dict) -> None:
         f"runs of each figure ({r['config']['size']} sizes)"
     )
     for i, (name, module) in enumerate(modules.items(), 1):
+        if name in r["failed"]:
+            print(f"\n{i}. {name}\n   FAILED: {r['failed'][name].splitlines()[0]}")
         if name not in r["results"]:
             continue
         print(f"\n{i}. {name}")
@@ -643,31 +662,39 @@ def main(argv: list[str] | None = None) -> None:
         "config": {"size": size, "repeats": args.repeats, "benchmarks": names},
         "results": {},
         "load": {},
+        "figures": {},
+        "failed": {},
     }
     started = time.monotonic()
+    os.makedirs(args.out, exist_ok=True)
     for name, module in modules.items():
         print(f"running {name} ...", file=sys.stderr, flush=True)
         meter = LoadMeter()
-        r["results"][name] = run_one(module, size, args.repeats)
-        load = meter.result()
-        load["notes"] = busy_notes(load, r["results"][name])
-        r["load"][name] = load
-        print(f"  {name}: {load['seconds']:.1f} s", file=sys.stderr, flush=True)
-        for note in load["notes"]:
-            print(f"  {note}", file=sys.stderr, flush=True)
-    r["figures"] = {}
-    for name, module in modules.items():
-        fig = module.figure(r["results"][name]) if hasattr(module, "figure") else None
-        if fig:
-            r["figures"][name] = dict(fig, target=module.FIGURE)
-    r["total_seconds"] = time.monotonic() - started
+        try:
+            result = run_one(module, size, args.repeats)
+            fig = module.figure(result) if hasattr(module, "figure") else None
+        except Exception as e:
+            # a crashed or failed child, a timeout, a bug in the module:
+            # the others' figures are worth keeping, and the rest to take
+            traceback.print_exc()
+            r["failed"][name] = "".join(traceback.format_exception_only(type(e), e)).strip()
+            print(f"  {name}: FAILED", file=sys.stderr, flush=True)
+        else:
+            r["results"][name] = result
+            if fig:
+                r["figures"][name] = dict(fig, target=module.FIGURE)
+            load = meter.result()
+            load["notes"] = busy_notes(load, result)
+            r["load"][name] = load
+            print(f"  {name}: {load['seconds']:.1f} s", file=sys.stderr, flush=True)
+            for note in load["notes"]:
+                print(f"  {note}", file=sys.stderr, flush=True)
+        r["total_seconds"] = time.monotonic() - started
+        write_results(r, args.out)
 
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "results.json"), "w") as f:
-        json.dump(r, f, indent=1)
     wrote = ["results.json"]
     for name, module in modules.items():
-        if hasattr(module, "plot"):
+        if hasattr(module, "plot") and name in r["results"]:
             try:
                 module.plot(r["results"][name], r["machine"], os.path.join(args.out, f"{name}.png"))
                 wrote.append(f"{name}.png")
@@ -677,6 +704,12 @@ def main(argv: list[str] | None = None) -> None:
     print(
         f"\nwrote {' and '.join(wrote)} in {os.path.relpath(args.out)} ({r['total_seconds']:.0f} s)"
     )
+    if r["failed"]:
+        left = "; README.rst left as it is" if args.readme else ""
+        sys.exit(
+            f"run.py: {len(r['failed'])} benchmark(s) failed: {', '.join(r['failed'])} "
+            f"(results.json has the others' figures{left})"
+        )
     if args.readme:
         import readme
 

@@ -566,3 +566,28 @@ def test_floor_burst_refuses_to_touch_what_make_args_did_not_make() -> None:
     assert proc.returncode == 0, proc.stderr
     got, calls, left = json.loads(proc.stdout)
     assert got != "no error" and calls == 3 and left == 2, (got, calls, left)
+
+
+def test_a_failed_benchmark_keeps_what_the_others_measured(tmp_path) -> None:
+    # a benchmark whose child crashes, between two that measure: the run
+    # goes on, results.json holds the other two's figures and names the
+    # failure, and the exit status says something failed
+    (tmp_path / "first_bench.py").write_text("def run(cfg):\n    return {'first': 1.5}\n")
+    (tmp_path / "crashing_bench.py").write_text(
+        "import os, signal\n\nfrom common import run_child\n\n\n"
+        "def child():\n    os.kill(os.getpid(), signal.SIGSEGV)\n\n\n"
+        "def run(cfg):\n    return run_child('crashing_bench', 'child')\n"
+    )
+    (tmp_path / "last_bench.py").write_text("def run(cfg):\n    return {'last': 2.5}\n")
+    names = ["first_bench", "crashing_bench", "last_bench"]
+    out = tmp_path / "out"
+    args = [a for n in names for a in ("--module", n)] + ["--out", str(out), "--only", *names]
+    proc = bench(os.path.join(BENCHMARKS, "run.py"), *args, PYTHONPATH=str(tmp_path))
+    assert proc.returncode == 1, (proc.stdout, proc.stderr)
+    assert "crashing_bench" in proc.stderr.splitlines()[-1], proc.stderr
+    with open(out / "results.json") as f:
+        r = json.load(f)
+    assert r["results"] == {"first_bench": {"first": 1.5}, "last_bench": {"last": 2.5}}
+    assert set(r["load"]) == {"first_bench", "last_bench"}
+    assert list(r["failed"]) == ["crashing_bench"]
+    assert "SIGSEGV" in r["failed"]["crashing_bench"], r["failed"]
