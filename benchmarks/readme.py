@@ -27,7 +27,7 @@ import sys
 import textwrap
 
 import memory
-from run import BUSY_CORES, SPREAD, wide_spreads
+from run import BUSY_CORES, SPREAD, busy_cores, wide_spreads
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 README = os.path.join(os.path.dirname(HERE), "README.rst")
@@ -281,9 +281,12 @@ def block_idle(idle: dict, r: dict) -> str:
 def load_note(name: str, r: dict) -> str:
     """How busy the machine was while benchmark `name` ran, and which of its
     figures moved between runs: the notes run.py prints beside it."""
-    used, cores = r["load"][name]["other_processes_cores"], r["machine"]["cores"]
+    load, cores = r["load"][name], r["machine"]["cores"]
+    used, steal = load["other_processes_cores"], load["steal_cores"]
     text = f"while it ran, other processes used {used:.2f} of the {cores} cores"
-    if used > BUSY_CORES:
+    if steal >= 0.005:
+        text += f" and the hypervisor stole {steal:.2f}"
+    if busy_cores(load) > BUSY_CORES:
         text += f" (busy: more than {BUSY_CORES:.2f})"
     spreads = sorted(wide_spreads(r["results"][name]), reverse=True)
     if spreads:

@@ -12,9 +12,9 @@ matplotlib; valgrind for the instruction counts, a C compiler for the
 floors).  Every measurement is repeated (``--repeats``, 5 by default), the
 implementations interleaved round by round, and each figure is printed and
 stored as its median with min-max.  The output says when the machine was
-busy: other processes' CPU use while a benchmark ran, the load average, and
-the figures whose runs disagree.  It writes
-``benchmarks/results/results.json`` and the chart
+busy: other processes' CPU use while a benchmark ran, the CPU time the
+hypervisor stole, the load average, and the figures whose runs disagree.
+It writes ``benchmarks/results/results.json`` and the chart
 ``benchmarks/results/growth.png``; ``--readme`` then rewrites the README's
 figures from them (``benchmarks/readme.py`` does that alone).
 
@@ -102,9 +102,9 @@ BENCHMARKS = [
     "abi3",
 ]
 REPEATS = 5
-# Other processes using more than this many cores on average while a
-# benchmark ran make its figures suspect; so do runs that disagree by more
-# than SPREAD of their median.
+# Other processes using, and the hypervisor stealing, more than this many
+# cores between them on average while a benchmark ran make its figures
+# suspect; so do runs that disagree by more than SPREAD of their median.
 BUSY_CORES = 0.25
 SPREAD = 0.2
 
@@ -217,11 +217,18 @@ def wide_spreads(result, path: str = "") -> list[tuple[float, str]]:
     return out
 
 
+def busy_cores(load: dict) -> float:
+    """The cores a benchmark lost on average while it ran: other processes'
+    CPU and the hypervisor's steal, time a VM's vCPU did not run at all,
+    which takes the CPU from the benchmark as much as another process."""
+    return load["other_processes_cores"] + load["steal_cores"]
+
+
 def busy_notes(load: dict, result: dict) -> list[str]:
     """The lines that warn of a busy machine, or of figures that moved."""
     notes = []
     cores = os.cpu_count() or 1
-    if load["other_processes_cores"] > BUSY_CORES or load["steal_cores"] > BUSY_CORES:
+    if busy_cores(load) > BUSY_CORES:
         notes.append(
             f"BUSY: other processes used {load['other_processes_cores']:.2f} of {cores} cores "
             f"on average (hypervisor steal {load['steal_cores']:.2f}); load average "

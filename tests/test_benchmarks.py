@@ -591,3 +591,26 @@ def test_a_failed_benchmark_keeps_what_the_others_measured(tmp_path) -> None:
     assert set(r["load"]) == {"first_bench", "last_bench"}
     assert list(r["failed"]) == ["crashing_bench"]
     assert "SIGSEGV" in r["failed"]["crashing_bench"], r["failed"]
+
+
+def test_steal_time_counts_toward_a_busy_machine() -> None:
+    # time the hypervisor stole is time the benchmark could not run, as
+    # much as other processes' CPU: together past BUSY_CORES is busy
+    code = """if True:
+        import json, run
+        def load(other, steal):
+            return {"other_processes_cores": other, "steal_cores": steal,
+                    "load_average_start": [0.0] * 3, "load_average_end": [0.0] * 3}
+        half = run.BUSY_CORES * 0.6
+        print(json.dumps([run.busy_notes(load(o, s), {}) for o, s in
+                          [(half, half), (0.0, 2 * half), (half, 0.0), (0.0, 0.0)]]))
+    """
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=BENCHMARKS, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr
+    both, steal, other, idle = json.loads(proc.stdout)
+    assert len(both) == 1 and both[0].startswith("BUSY:"), both
+    assert len(steal) == 1 and steal[0].startswith("BUSY:"), steal
+    assert "steal" in steal[0], steal
+    assert other == [] and idle == []
