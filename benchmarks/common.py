@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import json
+import math
 import os
 import random
 import signal
@@ -84,8 +85,12 @@ def summary(runs: list[float]) -> dict:
 
 def spread(s: dict) -> float:
     """(max - min) / |median| of a summary: how much the runs disagree (a
-    lateness can be below zero: its spread is no less for that)."""
-    return (s["max"] - s["min"]) / abs(s["median"]) if s["median"] else 0.0
+    lateness can be below zero: its spread is no less for that).  Runs
+    that disagree about a median of 0 are infinitely far apart for it, and
+    runs that all agree are 0 apart, a median of 0 or not."""
+    if s["median"]:
+        return (s["max"] - s["min"]) / abs(s["median"])
+    return math.inf if s["max"] != s["min"] else 0.0
 
 
 def fmt(s: dict, spec: str = ",.0f") -> str:

@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import sys
 import textwrap
 
 import memory
-from run import BUSY_CORES, SPREAD, busy_cores, wide_spreads
+from run import BUSY_CORES, SPREAD, busy_cores, figure_paths, spread_words, wide_spreads
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 README = os.path.join(os.path.dirname(HERE), "README.rst")
@@ -291,9 +292,11 @@ def load_note(name: str, r: dict) -> str:
     spreads = sorted(wide_spreads(r["results"][name]), reverse=True)
     if spreads:
         s, path = spreads[0]
+        moved = spread_words(s, figure_paths(r["results"][name], False)[path])
         text += (
             f", and {len(spreads)} of its figures moved by more than {SPREAD:.0%} of their "
-            f"median between runs (the most, ``{path}``, by {s:.0%})"
+            f"median between runs (the most, ``{path}``, {'by' if math.isfinite(s) else 'from'} "
+            f"{moved})"
         )
     return text
 

@@ -60,6 +60,7 @@ import argparse
 import fnmatch
 import importlib
 import json
+import math
 import os
 import platform
 import re
@@ -217,6 +218,15 @@ def wide_spreads(result, path: str = "") -> list[tuple[float, str]]:
     return out
 
 
+def spread_words(s: float, figure: dict) -> str:
+    """How far apart a figure's runs are, whose spread is s: "26%" of its
+    median, or where no share of it says (a median of 0) their min and max
+    in the figure's unit, "-1 to 2 about a median of 0"."""
+    if math.isfinite(s):
+        return f"{s:.0%}"
+    return f"{figure['min']:g} to {figure['max']:g} about a median of 0"
+
+
 def busy_cores(load: dict) -> float:
     """The cores a benchmark lost on average while it ran: other processes'
     CPU and the hypervisor's steal, time a VM's vCPU did not run at all,
@@ -236,7 +246,8 @@ def busy_notes(load: dict, result: dict) -> list[str]:
         )
     spreads = sorted(wide_spreads(result), reverse=True)
     if spreads:
-        worst = ", ".join(f"{p} {s:.0%}" for s, p in spreads[:3])
+        figures = figure_paths(result, False)
+        worst = ", ".join(f"{p} {spread_words(s, figures[p])}" for s, p in spreads[:3])
         notes.append(
             f"SPREAD: {len(spreads)} figure(s) moved by more than {SPREAD:.0%} of their median "
             f"between runs ({worst})"

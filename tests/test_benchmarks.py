@@ -614,3 +614,28 @@ def test_steal_time_counts_toward_a_busy_machine() -> None:
     assert len(steal) == 1 and steal[0].startswith("BUSY:"), steal
     assert "steal" in steal[0], steal
     assert other == [] and idle == []
+
+
+def test_runs_that_disagree_about_a_median_of_zero_are_noted() -> None:
+    # a figure whose median is 0 has no spread relative to it, but runs of
+    # -1, 0 and 2 ms disagree: its SPREAD note gives their min-max instead
+    code = """if True:
+        import json, run, readme
+        def s(lo, med, hi):
+            return {"median": med, "min": lo, "max": hi, "runs": [lo, med, hi]}
+        result = {"late": {"min_ms": s(-1.0, 0.0, 2.0), "zero_ms": s(0.0, 0.0, 0.0)}}
+        load = {"other_processes_cores": 0.0, "steal_cores": 0.0,
+                "load_average_start": [0.0] * 3, "load_average_end": [0.0] * 3}
+        r = {"load": {"x": load}, "results": {"x": result}, "machine": {"cores": 2}}
+        print(json.dumps([run.busy_notes(load, result), readme.load_note("x", r)]))
+    """
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=BENCHMARKS, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr
+    notes, readme_note = json.loads(proc.stdout)
+    assert len(notes) == 1 and notes[0].startswith("SPREAD: 1 figure(s)"), notes
+    assert "late/min_ms -1 to 2" in notes[0], notes
+    assert "zero_ms" not in notes[0] and "inf" not in notes[0], notes
+    assert "late/min_ms" in readme_note and "-1 to 2" in readme_note, readme_note
+    assert "inf" not in readme_note, readme_note
