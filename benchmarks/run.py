@@ -35,7 +35,10 @@ checkout (``main~3``, a tag, a sha): it builds REF in a temporary directory
 time by this script in a fresh interpreter, once for REF's build ("before",
 first on PYTHONPATH) and once for the checkout's ("after", found as above);
 the two run back to back, which goes first alternating from benchmark to
-benchmark, so that a change in the machine's load hits both alike.  Then it
+benchmark, so that a change in the machine's load hits both alike.  A
+benchmark that fails on either build is named beside its rows and under
+``failed`` in that build's results; the others are still compared, and
+the script exits with status 1.  Then it
 prints a table, a row per figure that hwtimer's own code moves (each
 module's figure of the release and those ``COMPARED`` names): both builds'
 medians with min-max, after/before and the better side, "within noise" when
@@ -499,22 +502,31 @@ def run_build(side: str, name: str, build: str | None, args, tmp: str) -> dict:
         env["PYTHONPATH"] = os.pathsep.join([build, *PYTHONPATH])
     print(f"{name}, {side}:", file=sys.stderr, flush=True)
     proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, text=True)
+    results = os.path.join(out, "results.json")
     if proc.returncode != 0:
         status = exit_status(proc.returncode)
-        raise RuntimeError(f"{name} failed on the {side} build ({status}):\n{proc.stdout[-4000:]}")
-    with open(os.path.join(out, "results.json")) as f:
+        try:
+            # the benchmark's own error, when the script lived to record it
+            with open(results) as f:
+                error = json.load(f)["failed"][name]
+        except (OSError, ValueError, KeyError):
+            error = proc.stdout[-4000:]
+        raise RuntimeError(f"{name} failed on the {side} build ({status}): {error}")
+    with open(results) as f:
         return json.load(f)
 
 
-def merged(runs: list[dict]) -> dict:
-    """One build's results.json, from its runs of one benchmark each."""
-    r = dict(runs[0], results={}, load={}, figures={}, total_seconds=0.0)
+def merged(runs: list[dict], failed: dict[str, str]) -> dict:
+    """One build's results.json, from its runs of one benchmark each and
+    the benchmarks that failed on it (name: error)."""
+    r = dict(runs[0], results={}, load={}, figures={}, failed={}, total_seconds=0.0)
     r["config"] = dict(r["config"], benchmarks=[])
     for run in runs:
         r["config"]["benchmarks"] += run["config"]["benchmarks"]
-        for k in ("results", "load", "figures"):
-            r[k].update(run[k])
+        for k in ("results", "load", "figures", "failed"):
+            r[k].update(run.get(k, {}))
         r["total_seconds"] += run["total_seconds"]
+    r["failed"].update(failed)
     return r
 
 
@@ -529,6 +541,7 @@ def run_compare(ref: str, names: list[str], args) -> dict:
         raise RuntimeError(f"{ref!r} names no commit of {ROOT}")
     started = time.monotonic()
     runs: dict[str, list[dict]] = {"before": [], "after": []}
+    failed: dict[str, dict[str, str]] = {"before": {}, "after": {}}
     tmp = tempfile.mkdtemp(prefix="hwtimer-compare.")
     try:
         build = os.path.join(tmp, "build")
@@ -537,7 +550,13 @@ def run_compare(ref: str, names: list[str], args) -> dict:
         build_revision(commit, build)
         for i, name in enumerate(names):
             for side in ("before", "after") if i % 2 == 0 else ("after", "before"):
-                r = run_build(side, name, build if side == "before" else None, args, tmp)
+                try:
+                    r = run_build(side, name, build if side == "before" else None, args, tmp)
+                except RuntimeError as e:
+                    # the other benchmarks are still worth comparing
+                    print(e, file=sys.stderr, flush=True)
+                    failed[side][name] = str(e)
+                    continue
                 runs[side].append(r)
         for r in runs["before"]:
             measured = r["machine"]["hwtimer_source"]["extension"]
@@ -545,7 +564,10 @@ def run_compare(ref: str, names: list[str], args) -> dict:
                 raise RuntimeError(f"a before run measured {measured}, not the build of {ref}")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    before, after = merged(runs["before"]), merged(runs["after"])
+    for side in ("before", "after"):
+        if not runs[side]:
+            raise RuntimeError(f"no benchmark ran on the {side} build: nothing to compare")
+    before, after = (merged(runs[side], failed[side]) for side in ("before", "after"))
     return {
         "ref": ref,
         "commit": commit,
@@ -597,6 +619,8 @@ def comparison_lines(c: dict) -> list[str]:
                 f"{ratio:>14}  {verdict(r)}"
             )
         for side in ("before", "after"):
+            if name in c[side]["failed"]:
+                lines.append(f"   {side}: FAILED: {c[side]['failed'][name].splitlines()[0]}")
             for note in c[side]["load"].get(name, {}).get("notes", []):
                 lines.append(f"   {side}: {note}")
     return lines
@@ -639,6 +663,16 @@ def compare_main(ref: str, names: list[str], args) -> None:
         json.dump(c, f, indent=1)
     print_comparison(c)
     print(f"\nwrote {os.path.relpath(path)} ({c['total_seconds']:.0f} s)")
+    failed = [
+        f"{', '.join(c[side]['failed'])} on the {side} build"
+        for side in ("before", "after")
+        if c[side]["failed"]
+    ]
+    if failed:
+        sys.exit(
+            f"run.py --compare: benchmark(s) failed: {'; '.join(failed)} "
+            "(compare.json has the others)"
+        )
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -639,3 +639,32 @@ def test_runs_that_disagree_about_a_median_of_zero_are_noted() -> None:
     assert "zero_ms" not in notes[0] and "inf" not in notes[0], notes
     assert "late/min_ms" in readme_note and "-1 to 2" in readme_note, readme_note
     assert "inf" not in readme_note, readme_note
+
+
+def test_compare_keeps_what_was_measured_when_a_benchmark_fails(tmp_path) -> None:
+    # --compare runs each benchmark twice in a child: one that fails on
+    # either build is named, the others are still compared, compare.json
+    # is written, and the exit status says something failed
+    why = cannot_build_a_revision()
+    if why:
+        pytest.skip(why)
+    (tmp_path / "steady_bench.py").write_text(
+        "def run(cfg):\n"
+        "    runs = [1.0] * cfg['repeats']\n"
+        "    return {'x': {'median': 1.0, 'min': 1.0, 'max': 1.0, 'runs': runs}}\n"
+    )
+    (tmp_path / "failing_bench.py").write_text("def run(cfg):\n    raise ValueError('no')\n")
+    names = ["steady_bench", "failing_bench"]
+    out = tmp_path / "out"
+    args = ["--compare", "HEAD", "--size", "tiny", "--repeats", str(REPEATS), "--out", str(out)]
+    args += [a for n in names for a in ("--module", n)] + ["--only", *names]
+    proc = bench(os.path.join(BENCHMARKS, "run.py"), *args, PYTHONPATH=str(tmp_path))
+    assert proc.returncode == 1, (proc.stdout, proc.stderr)
+    assert "failing_bench" in proc.stderr.splitlines()[-1], proc.stderr
+    with open(out / "compare.json") as f:
+        c = json.load(f)
+    for side in ("before", "after"):
+        assert list(c[side]["results"]) == ["steady_bench"], c[side]["results"]
+        assert list(c[side]["failed"]) == ["failing_bench"], c[side]["failed"]
+    assert [r["figure"] for r in c["comparison"]["steady_bench"]] == ["x"]
+    assert c["comparison"]["failing_bench"] == []
