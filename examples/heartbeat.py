@@ -140,13 +140,19 @@ class HeartbeatClient:
             self._writer.write(b"PING\n")
 
     async def _read(self, reader: asyncio.StreamReader) -> None:
-        while line := await reader.readline():
-            text = line.decode().strip()
-            if text == "PONG":
-                self.pongs += 1
-            elif text.startswith("BYE"):
-                self.closed_by_server = text
-        self.stop_heartbeat()
+        try:
+            while line := await reader.readline():
+                text = line.decode(errors="replace").strip()
+                if text == "PONG":
+                    self.pongs += 1
+                elif text.startswith("BYE"):
+                    self.closed_by_server = text
+        except ConnectionError:
+            pass  # reset by the server: closed all the same
+        finally:
+            # however the read ends, nothing reads the PONGs any more: a
+            # heartbeat left running would beat on the timer for ever
+            self.stop_heartbeat()
 
     def stop_heartbeat(self) -> None:
         """The heartbeat stops (a hung client): the server should close us."""

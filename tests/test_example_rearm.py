@@ -4,6 +4,8 @@ sockets, on asyncio and uvloop."""
 from __future__ import annotations
 
 import asyncio
+import socket
+import struct
 import subprocess
 import sys
 import time
@@ -126,6 +128,34 @@ def test_heartbeat_client_sends_on_a_fixed_grid(run) -> None:
         await client.close()
         assert ping.is_cancelled()
         await server.close()
+
+    run(main)
+
+
+def test_heartbeat_client_stops_beating_when_the_server_resets_the_connection(run) -> None:
+    # A reset ends the client's read with ConnectionResetError, not at end of
+    # file: the heartbeat stops all the same (no periodic timeout left on
+    # the timer), and wait_closed() and close() return.
+    async def main() -> None:
+        timer = hwtimer.HashedWheelTimer(0.01)
+
+        async def reset(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.readline()  # the first PING
+            sock = writer.get_extra_info("socket")
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            writer.transport.abort()
+
+        server = await asyncio.start_server(reset, "127.0.0.1", 0)
+        try:
+            client = heartbeat.HeartbeatClient(PERIOD, timer=timer)
+            await client.connect(server.sockets[0].getsockname()[:2])
+            await asyncio.wait_for(client.wait_closed(), 20)
+            await _until(lambda: timer.pending_timeouts() == 0)
+            await client.close()
+        finally:
+            server.close()
+            await server.wait_closed()
+            timer.stop()
 
     run(main)
 
