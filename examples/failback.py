@@ -165,7 +165,9 @@ class FlakyBackend:
 
 
 class BackendClient:
-    """One connection to the backend; ``send(id)`` raises RuntimeError on ERR."""
+    """One connection to the backend; ``send(id)`` raises RuntimeError on ERR,
+    ConnectionError once the connection is closed, or out of step after a
+    send was cancelled while it waited for its reply."""
 
     def __init__(self) -> None:
         self._reader: asyncio.StreamReader | None = None
@@ -178,9 +180,19 @@ class BackendClient:
     async def send(self, ident: str) -> None:
         assert self._reader is not None and self._writer is not None
         async with self._lock:  # one request on the wire at a time
+            if self._writer.is_closing():
+                raise ConnectionError("the connection to the backend is closed")
             self._writer.write(f"SEND {ident}\n".encode())
-            reply = (await self._reader.readline()).decode().split()
-        if not reply or reply[0] != "OK":
+            try:
+                reply = (await self._reader.readline()).decode(errors="replace").split()
+            except BaseException:
+                # Cancelled (a timeout around the call, close()) or failed
+                # with the request sent: its reply, if it comes, would be
+                # read as the next request's.  The connection is out of
+                # step; later sends fail (and are retried) rather than lie.
+                self._writer.close()
+                raise
+        if reply != ["OK", ident]:
             raise RuntimeError(f"backend refused {ident}")
 
     async def close(self) -> None:

@@ -192,6 +192,34 @@ def test_failback_retries_with_exponential_backoff_until_ok(run) -> None:
     run(main)
 
 
+def test_failback_client_never_takes_a_cancelled_request_s_reply_for_the_next(run) -> None:
+    # A send cancelled (by a timeout around invoke(), or by close()) after
+    # its request went out leaves the backend's reply on the wire.  The
+    # next send must not read it as its own: a request the backend refused
+    # would count as delivered and never be retried.
+    async def main() -> None:
+        backend, client = await _backend(failures=1)  # each id: ERR, then OK
+        try:
+            with pytest.raises(RuntimeError):
+                await client.send("a")  # ERR a
+            cancelled = asyncio.ensure_future(client.send("a"))  # OK a, never read
+            await asyncio.sleep(0)  # it has written its request and awaits the reply
+            cancelled.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await cancelled
+            await _until(lambda: backend.seen.get("a") == 2)
+            with pytest.raises((OSError, RuntimeError)):
+                await client.send("b")  # the backend refuses b (its first time)
+            queue = failback.FailbackQueue(client.send, base_delay=30)
+            assert await queue.invoke("c") is False  # refused or unsent: queued
+            assert await queue.close() == ["c"]
+        finally:
+            await client.close()
+            await backend.close()
+
+    run(main)
+
+
 def test_failback_backend_refuses_a_malformed_request_and_goes_on(run) -> None:
     # a line that is not "SEND <id>" (no id, bytes that are not UTF-8) is
     # answered ERR, not ended with a traceback and a hang-up
