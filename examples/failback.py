@@ -92,15 +92,19 @@ class FailbackQueue:
         self._waiting[key] = (timeout, request)
 
     def _retry(self, key: object, attempt: int) -> None:
-        entry = self._waiting.pop(key, None)
-        if entry is None:
+        if key not in self._waiting:
             return  # closed after this retry fell due: close() returned it
-        _, request = entry
-        task = asyncio.ensure_future(self._attempt(request, attempt))
+        task = asyncio.ensure_future(self._attempt(key, attempt))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _attempt(self, request: Any, attempt: int) -> None:
+    async def _attempt(self, key: object, attempt: int) -> None:
+        # The retry waits until its attempt begins here: closed before
+        # that (the task made, not yet started), close() returned it.
+        entry = self._waiting.pop(key, None)
+        if entry is None:
+            return
+        _, request = entry
         self.stats["retries"] += 1
         try:
             await self._send(request)
@@ -112,8 +116,9 @@ class FailbackQueue:
     async def close(self) -> list[Any]:
         """Stops retrying; returns the requests whose retry was waiting."""
         self.timer.stop()
-        # Every retry not begun: those stop() returned, and those that fell
-        # due but whose call the loop has yet to run (they then do nothing).
+        # Every retry not begun: those stop() returned, those that fell due
+        # but whose call the loop has yet to run, and those whose attempt's
+        # task has yet to start (both then do nothing).
         waiting = [request for _, request in self._waiting.values()]
         self._waiting.clear()
         for task in list(self._tasks):

@@ -293,6 +293,31 @@ def test_failback_close_returns_a_retry_that_fell_due_but_had_not_run(run) -> No
     run(main)
 
 
+def test_failback_close_returns_a_retry_whose_attempt_had_not_begun(run) -> None:
+    # The retry's call has run and made the task of its attempt, but the
+    # loop has not started that task when close() comes: the attempt never
+    # begins, so close() returns the request rather than losing it.
+    async def main() -> None:
+        backend, client = await _backend(failures=-1)
+        queue = failback.FailbackQueue(client.send, base_delay=0.01)
+        try:
+            assert await queue.invoke("late") is False
+            time.sleep(0.5)  # the loop is blocked: the retry is due, its call waits
+            for _ in range(5):
+                await asyncio.sleep(0)
+                if queue._tasks:  # the call has run: its attempt is made
+                    break
+            else:
+                pytest.skip("the loop ran the attempt's task before this one")
+            assert await queue.close() == ["late"]
+            assert queue.stats["retries"] == 0 and backend.seen["late"] == 1
+        finally:
+            await client.close()
+            await backend.close()
+
+    run(main)
+
+
 def test_failback_gives_up_after_max_retries(run) -> None:
     async def main() -> None:
         backend, client = await _backend(failures=-1)
