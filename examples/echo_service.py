@@ -135,6 +135,10 @@ class EchoService:
         self._server = None
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self._server is None or not self._server.is_serving():
+            # accepted as close() began, which did not know of it yet
+            writer.close()
+            return
         self.stats["connections"] += 1
         self._connections.add(writer)
 
