@@ -64,6 +64,10 @@ class HeartbeatServer:
             await asyncio.gather(*self._tasks, return_exceptions=True)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self._server is None or not self._server.is_serving():
+            # accepted as close() began, which did not know of it yet
+            writer.close()
+            return
         self.stats["connections"] += 1
         self._writers.add(writer)
         task = asyncio.current_task()
