@@ -213,15 +213,17 @@ async def demo() -> dict[str, Any]:
     backend = FlakyBackend(failures=2)
     await backend.start()
     client = BackendClient()
-    await client.connect(backend.address)
     queue = FailbackQueue(client.send, max_pending=100, base_delay=0.02)
-    for i in range(10):
-        await queue.invoke(f"r{i}")
-    while queue.stats["retried_ok"] < 10:
-        await asyncio.sleep(0.02)
-    await queue.close()
-    await client.close()
-    await backend.close()
+    try:
+        await client.connect(backend.address)
+        for i in range(10):
+            await queue.invoke(f"r{i}")
+        while queue.stats["retried_ok"] < 10:
+            await asyncio.sleep(0.02)
+    finally:  # Ctrl-C cancels the demo: it closes what it opened all the same
+        await queue.close()
+        await client.close()
+        await backend.close()
     return queue.stats
 
 
@@ -234,7 +236,10 @@ def main(argv: list[str] | None = None) -> int:
     if not args.demo:
         parser.print_help()
         return 2
-    print(asyncio.run(demo()))
+    try:
+        print(asyncio.run(demo()))
+    except KeyboardInterrupt:
+        pass
     return 0
 
 

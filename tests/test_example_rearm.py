@@ -410,3 +410,24 @@ def test_heartbeat_demo_stops_on_ctrl_c_closing_what_it_opened() -> None:
         code, args=("-W", "always::ResourceWarning"), argv=(str(Path(__file__).parent),)
     )
     assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
+
+
+def test_failback_demo_stops_on_ctrl_c_closing_what_it_opened() -> None:
+    # Ctrl-C once the first request has failed and waits for its retry
+    code = INTERRUPTIBLE + (
+        "import os, sys\n"
+        "sys.path.insert(0, sys.argv[1])\n"
+        "from conftest import load_example\n"
+        "failback = load_example('failback')\n"
+        "invoke = failback.FailbackQueue.invoke\n"
+        "async def invoke_then_interrupt(self, request):\n"
+        "    ok = await invoke(self, request)\n"
+        "    os.kill(os.getpid(), signal.SIGINT)\n"
+        "    return ok\n"
+        "failback.FailbackQueue.invoke = invoke_then_interrupt\n"
+        "sys.exit(failback.main(['--demo']))\n"
+    )
+    done = run_python(
+        code, args=("-W", "always::ResourceWarning"), argv=(str(Path(__file__).parent),)
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
