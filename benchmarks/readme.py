@@ -522,13 +522,19 @@ def block_scope_ratios(s: dict, r: dict) -> str | None:
         return f"{cost(n, theirs, key) / c:.1f}x" if c > 0 else "n/a"
 
     small, large = sizes[0], sizes[-1]
+    ours, theirs = cost(large, "hwtimer.timeout", "bytes"), cost(large, "asyncio.timeout", "bytes")
+    if ours > 0 and theirs > 0 and abs(theirs / ours - 1) < 0.1:
+        memory = "about as much memory"  # a ratio would read "1.0x less"
+    elif ours > 0 and 0 < theirs < ours:
+        memory = f"{ours / theirs:.1f}x more memory"
+    else:
+        memory = f"{ratio(large, 'asyncio.timeout', 'hwtimer.timeout', 'bytes')} less memory"
     return para(
         f"A ``hwtimer.timeout()`` scope costs {ratio(small, 'asyncio.timeout', 'hwtimer.timeout')} "
         f"less time than ``asyncio.timeout()`` with {int(small):,} requests in flight and "
         f"{ratio(large, 'asyncio.timeout', 'hwtimer.timeout')} less with {int(large):,}, and "
-        f"holds {ratio(large, 'asyncio.timeout', 'hwtimer.timeout', 'bytes')} less memory "
-        f"({cost(large, 'hwtimer.timeout', 'bytes'):.0f} bytes against "
-        f"{cost(large, 'asyncio.timeout', 'bytes'):.0f}); ``hwtimer.wait_for`` costs "
+        f"holds {memory} ({ours:.0f} bytes against "
+        f"{theirs:.0f}); ``hwtimer.wait_for`` costs "
         f"{ratio(small, 'asyncio.wait_for', 'hwtimer.wait_for')} and "
         f"{ratio(large, 'asyncio.wait_for', 'hwtimer.wait_for')} less than "
         "``asyncio.wait_for``."

@@ -516,6 +516,33 @@ def test_readme_machine_line_says_when_uvloop_was_not_there() -> None:
     assert "None" not in text and "no uvloop" in text, text
 
 
+def test_readme_scope_ratios_say_how_the_memory_compares() -> None:
+    # the scope's extra memory against asyncio.timeout()'s: a ratio within
+    # a tenth of 1 reads "about as much", and one below 1 "more", never
+    # "1.0x less" or "0.8x less"
+    code = """if True:
+        import json, readme
+        with open("results/results.json") as f:
+            s = json.load(f)["results"]["bench_asyncio"]
+        out = []
+        for ours, theirs in ((430, 438), (500, 400), (200, 400)):
+            for rows in (v for k, v in s.items() if k != "python"):
+                base = rows["none (baseline)"]["bytes"]["median"]
+                rows["hwtimer.timeout"]["bytes"]["median"] = base + ours
+                rows["asyncio.timeout"]["bytes"]["median"] = base + theirs
+            out.append(" ".join(readme.block_scope_ratios(s, {}).split()))
+        print(json.dumps(out))
+    """
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=BENCHMARKS, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr
+    same, more, less = json.loads(proc.stdout)
+    assert "holds about as much memory (430 bytes against 438)" in same, same
+    assert "holds 1.2x more memory (500 bytes against 400)" in more, more
+    assert "holds 2.0x less memory (200 bytes against 400)" in less, less
+
+
 def test_runs_that_disagree_in_a_table_of_rows_are_noted() -> None:
     # idle's result is a list of rows: a row whose runs disagree gets its
     # SPREAD note, named by what it measures, as a figure of a dict does
