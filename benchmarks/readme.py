@@ -89,7 +89,7 @@ def table(header: list[str], rows: list[list[str]]) -> str:
 def block_machine(r: dict) -> str:
     m, c = r["machine"], r["config"]
     v = m["versions"]
-    load = [x["other_processes_cores"] for x in r["load"].values()]
+    load = [busy_cores(x) for x in r["load"].values()]
     busiest = max(load) if load else 0.0
     uvloop = f"uvloop {v['uvloop']}" if v["uvloop"] else "no uvloop"
     return para(
@@ -97,7 +97,7 @@ def block_machine(r: dict) -> str:
         f"{m['cpu']}, {m['cores']} cores, Linux {m['kernel'].split('-')[0]}, {m['python']}, "
         f"hwtimer {v['hwtimer']}, {uvloop}, {v['valgrind'] or 'no valgrind'}. "
         f"Each is the median of {c['repeats']} runs, the implementations interleaved, with "
-        f"the runs' min-max beside it; while it ran, other processes used up to "
+        f"the runs' min-max beside it; while it ran, other processes and the hypervisor took up to "
         f"{busiest:.2f} of the {m['cores']} cores (a benchmark's ``BUSY`` line says when "
         f"this passes {BUSY_CORES:.2f}, its ``SPREAD`` line when runs disagree by more than "
         f"{SPREAD:.0%})."
