@@ -273,6 +273,37 @@ def load_example(name: str) -> Any:
     return module
 
 
+async def close_with_a_late_connection(server_class: type, **kwargs: Any) -> None:
+    """Makes an example server of `server_class` (its arguments `kwargs`)
+    and connects to it; its handler for that connection starts only once
+    close() has closed the connections it knew of.  Asserts that close()
+    returns all the same and that the connection is closed, not served on
+    until a timeout (nor, from 3.12, waited for that long by close())."""
+    gate = asyncio.Event()  # made in the loop: 3.9 binds it there
+    entered: list[bool] = []
+
+    class LateServer(server_class):  # type: ignore[misc, valid-type]
+        async def _serve(self, reader: Any, writer: Any) -> None:
+            entered.append(True)
+            await gate.wait()  # the loop has yet to start the handler
+            await super()._serve(reader, writer)
+
+    server = LateServer(**kwargs)
+    await server.start()
+    reader, writer = await asyncio.open_connection(*server.address)
+    try:
+        while not entered:
+            await asyncio.sleep(0.001)
+        closing = asyncio.ensure_future(server.close())
+        for _ in range(5):
+            await asyncio.sleep(0)
+        gate.set()
+        await asyncio.wait_for(closing, DEADLINE)
+        assert await asyncio.wait_for(reader.read(), DEADLINE) == b""
+    finally:
+        writer.close()
+
+
 #: The event loops the asyncio tests run on, by the names event_loop() takes.
 LOOP_KINDS = ["asyncio", "uvloop"]
 

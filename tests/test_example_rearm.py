@@ -16,6 +16,7 @@ import pytest
 from conftest import (
     EXAMPLES,
     INTERRUPTIBLE,
+    close_with_a_late_connection,
     interrupt,
     interruptible_example,
     load_example,
@@ -117,35 +118,8 @@ def test_heartbeat_server_close_also_closes_a_connection_whose_handler_starts_af
     run,
 ) -> None:
     # A connection accepted as close() begins, its handler started only
-    # once close() has closed those it knew of: closed all the same, not
-    # served on (nor, from 3.12, waited for by close()) until its deadline.
-    gates: list[asyncio.Event] = []  # made in the loop: 3.9 binds it there
-    entered: list[bool] = []
-
-    class LateServer(heartbeat.HeartbeatServer):
-        async def _serve(self, reader: Any, writer: Any) -> None:
-            entered.append(True)
-            await gates[0].wait()  # the loop has yet to start the handler
-            await super()._serve(reader, writer)
-
-    async def main() -> None:
-        gates.append(asyncio.Event())
-        server = LateServer(timeout=60.0)
-        await server.start()
-        reader, writer = await asyncio.open_connection(*server.address)
-        try:
-            while not entered:
-                await asyncio.sleep(0.001)
-            closing = asyncio.ensure_future(server.close())
-            for _ in range(5):
-                await asyncio.sleep(0)
-            gates[0].set()
-            await asyncio.wait_for(closing, 10)
-            assert await asyncio.wait_for(reader.read(), 10) == b""
-        finally:
-            writer.close()
-
-    run(main)
+    # once close() has closed those it knew of: closed all the same.
+    run(lambda: close_with_a_late_connection(heartbeat.HeartbeatServer, timeout=60.0))
 
 
 def test_heartbeat_client_sends_on_a_fixed_grid(run) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import interrupt, interruptible_example, load_example
+from conftest import close_with_a_late_connection, interrupt, interruptible_example, load_example
 
 import hwtimer
 
@@ -219,37 +219,13 @@ def test_idle_watcher_reschedules_instead_of_rearming(run: Any) -> None:
 
 
 def test_close_also_closes_a_connection_whose_handler_starts_after_it(run: Any) -> None:
-    # A connection accepted as close() begins: its handler starts only once
-    # close() has closed the connections it knew of.  That connection is
-    # closed all the same, not served on until the idle timeout (before
-    # 3.12), nor waited for that long by close() (3.12 and later).
-    gates: list[asyncio.Event] = []  # made in the loop: 3.9 binds it there
-    entered: list[bool] = []
-
-    class LateService(echo_service.EchoService):
-        async def _serve(self, reader: Any, writer: Any) -> None:
-            entered.append(True)
-            await gates[0].wait()  # the loop has yet to start the handler
-            await super()._serve(reader, writer)
-
-    async def main() -> None:
-        gates.append(asyncio.Event())
-        service = LateService(request_timeout=SOON, idle_timeout=60.0)
-        await service.start()
-        reader, writer = await asyncio.open_connection(*service.address)
-        try:
-            while not entered:
-                await asyncio.sleep(0.001)
-            closing = asyncio.ensure_future(service.close())
-            for _ in range(5):
-                await asyncio.sleep(0)
-            gates[0].set()
-            await asyncio.wait_for(closing, SOON)
-            assert await asyncio.wait_for(reader.read(), SOON) == b""
-        finally:
-            writer.close()
-
-    run(main)
+    # A connection accepted as close() begins, its handler started only
+    # once close() has closed the connections it knew of: closed all the same.
+    run(
+        lambda: close_with_a_late_connection(
+            echo_service.EchoService, request_timeout=SOON, idle_timeout=60.0
+        )
+    )
 
 
 def test_script_demo() -> None:
