@@ -765,6 +765,7 @@ static void *worker_main(void *arg)
 {
     hwt_timer *t = arg;
     hwt_thread_set_name(t->name);
+    hwt_thread_wake_on_time(); /* a tick's timeouts run at its end, not 50 us on */
     while (!atomic_load(&t->stopping)) {
         pthread_mutex_lock(&t->lock);
         int64_t target = run_due(t, hwt_monotonic_ns(NULL));

@@ -23,6 +23,9 @@
 #if defined(__FreeBSD__) || defined(__OpenBSD__) || defined(__DragonFly__)
 #include <pthread_np.h>
 #endif
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
 
 /* Without pthread_condattr_setclock (macOS), timed waits are relative. */
 #if !HWT_SYS_FUTEX &&                                                                              \
@@ -312,7 +315,7 @@ void hwt_wakefd_close(hwt_wakefd *w)
     w->read_fd = w->write_fd = -1;
 }
 
-/* ---- thread names ---- */
+/* ---- the calling thread ---- */
 
 void hwt_thread_set_name(const char *name)
 {
@@ -326,5 +329,13 @@ void hwt_thread_set_name(const char *name)
     pthread_setname_np(pthread_self(), name);
 #else
     (void)name; /* no known call: the thread keeps its inherited name */
+#endif
+}
+
+void hwt_thread_wake_on_time(void)
+{
+#ifdef PR_SET_TIMERSLACK
+    /* 1 ns, the least: 0 would mean the process's default again */
+    (void)prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
 #endif
 }

@@ -124,4 +124,9 @@ void hwt_wakefd_close(hwt_wakefd *w);
    cannot is left unnamed. */
 void hwt_thread_set_name(const char *name);
 
+/* Asks that the calling thread's timed waits end on time: Linux lets one
+   end up to the thread's timer slack late (50 us by default), 5 % of a
+   1 ms tick, to batch wake-ups.  Best effort: elsewhere a no-op. */
+void hwt_thread_wake_on_time(void);
+
 #endif /* HWT_SYS_H */

@@ -8,6 +8,7 @@ import concurrent.futures
 import datetime
 import gc
 import logging
+import os
 import sys
 import threading
 import time
@@ -253,6 +254,39 @@ def test_default_native_thread_name(make_timer) -> None:
     timer = make_timer()
     timer.start()
     assert wait_for(lambda: native_name(timer.thread_name) in native_thread_names())
+
+
+def _timer_slack_ns(comm: str) -> list[int]:
+    """The timer slack of this process's native threads named `comm`."""
+    slack = []
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                if f.read().rstrip("\n") != comm:
+                    continue
+            with open(f"/proc/{tid}/timerslack_ns") as f:
+                slack.append(int(f.read()))
+        except OSError:  # the thread exited meanwhile
+            pass
+    return slack
+
+
+@pytest.mark.skipif(
+    not os.path.exists(f"/proc/{os.getpid()}/timerslack_ns"), reason="Linux 4.6 or later"
+)
+def test_worker_wakes_for_its_ticks_without_timer_slack(make_timer) -> None:
+    # Linux lets a thread's timed wait end up to its timer slack late, 50 us
+    # by default: 5 % of a 1 ms tick on every tick.  The worker asks for none.
+    def own() -> int:
+        with open(f"/proc/{os.getpid()}/timerslack_ns") as f:
+            return int(f.read())
+
+    before = own()
+    timer = make_timer(0.001, 64, thread_name="slack-test")
+    timer.start()
+    assert wait_for(lambda: _timer_slack_ns("slack-test") != [])
+    assert _timer_slack_ns("slack-test") == [1]
+    assert own() == before  # the calling thread keeps its own
 
 
 def test_dispatch_thread_is_a_daemon_python_thread(make_timer) -> None:
