@@ -363,45 +363,47 @@ def test_heartbeat_server_stops_on_ctrl_c_closing_the_server() -> None:
     assert (proc.returncode, err) == (0, "")
 
 
-def test_heartbeat_demo_stops_on_ctrl_c_closing_what_it_opened() -> None:
-    # Ctrl-C once both clients are connected and beating
+def _demo_interrupted(name: str, patch: str) -> None:
+    """Runs example `name`'s --demo in a child where `patch` (code that
+    sees the example's module as `example`, and os) sends the Ctrl-C; the
+    demo must exit 0 having printed nothing and left nothing open."""
     code = INTERRUPTIBLE + (
         "import os, sys\n"
         "sys.path.insert(0, sys.argv[1])\n"
         "from conftest import load_example\n"
-        "heartbeat = load_example('heartbeat')\n"
-        "connect = heartbeat.HeartbeatClient.connect\n"
+        f"example = load_example({name!r})\n"
+        f"{patch}"
+        "sys.exit(example.main(['--demo']))\n"
+    )
+    done = run_python(
+        code, args=("-W", "always::ResourceWarning"), argv=(str(Path(__file__).parent),)
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
+
+
+def test_heartbeat_demo_stops_on_ctrl_c_closing_what_it_opened() -> None:
+    # Ctrl-C once both clients are connected and beating
+    _demo_interrupted(
+        "heartbeat",
+        "connect = example.HeartbeatClient.connect\n"
         "connected = []\n"
         "async def connect_then_interrupt(self, address):\n"
         "    await connect(self, address)\n"
         "    connected.append(self)\n"
         "    if len(connected) == 2:\n"
         "        os.kill(os.getpid(), signal.SIGINT)\n"
-        "heartbeat.HeartbeatClient.connect = connect_then_interrupt\n"
-        "sys.exit(heartbeat.main(['--demo']))\n"
+        "example.HeartbeatClient.connect = connect_then_interrupt\n",
     )
-    done = run_python(
-        code, args=("-W", "always::ResourceWarning"), argv=(str(Path(__file__).parent),)
-    )
-    assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
 
 
 def test_failback_demo_stops_on_ctrl_c_closing_what_it_opened() -> None:
     # Ctrl-C once the first request has failed and waits for its retry
-    code = INTERRUPTIBLE + (
-        "import os, sys\n"
-        "sys.path.insert(0, sys.argv[1])\n"
-        "from conftest import load_example\n"
-        "failback = load_example('failback')\n"
-        "invoke = failback.FailbackQueue.invoke\n"
+    _demo_interrupted(
+        "failback",
+        "invoke = example.FailbackQueue.invoke\n"
         "async def invoke_then_interrupt(self, request):\n"
         "    ok = await invoke(self, request)\n"
         "    os.kill(os.getpid(), signal.SIGINT)\n"
         "    return ok\n"
-        "failback.FailbackQueue.invoke = invoke_then_interrupt\n"
-        "sys.exit(failback.main(['--demo']))\n"
+        "example.FailbackQueue.invoke = invoke_then_interrupt\n",
     )
-    done = run_python(
-        code, args=("-W", "always::ResourceWarning"), argv=(str(Path(__file__).parent),)
-    )
-    assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
