@@ -21,14 +21,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import re
 import sys
 import textwrap
 
 import memory
-from run import BUSY_CORES, SPREAD, busy_cores, figure_paths, spread_words, wide_spreads
+from run import BUSY_CORES, SPREAD, busy_cores, spread_words, wide_spreads
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 README = os.path.join(os.path.dirname(HERE), "README.rst")
@@ -289,14 +288,13 @@ def load_note(name: str, r: dict) -> str:
         text += f" and the hypervisor stole {steal:.2f}"
     if busy_cores(load) > BUSY_CORES:
         text += f" (busy: more than {BUSY_CORES:.2f})"
-    spreads = sorted(wide_spreads(r["results"][name]), reverse=True)
+    spreads = wide_spreads(r["results"][name])
     if spreads:
-        s, path = spreads[0]
-        moved = spread_words(s, figure_paths(r["results"][name], False)[path])
+        s, path, figure = spreads[0]
+        how, moved = spread_words(s, figure)
         text += (
             f", and {len(spreads)} of its figures moved by more than {SPREAD:.0%} of their "
-            f"median between runs (the most, ``{path}``, {'by' if math.isfinite(s) else 'from'} "
-            f"{moved})"
+            f"median between runs (the most, ``{path}``, {how} {moved})"
         )
     return text
 

@@ -205,29 +205,22 @@ class LoadMeter:
         }
 
 
-def wide_spreads(result, path: str = "") -> list[tuple[float, str]]:
-    """(spread, path) of every repeated figure in result whose runs
-    disagree by more than SPREAD; a list's rows (idle's) are walked too,
-    each named as figure_paths names it."""
-    out = []
-    if isinstance(result, list):
-        result = {row_name(row, i): row for i, row in enumerate(result)}
-    if isinstance(result, dict):
-        if {"median", "min", "max"} <= result.keys():
-            s = spread(result)
-            return [(s, path)] if s > SPREAD else []
-        for k, v in result.items():
-            out += wide_spreads(v, f"{path}/{k}" if path else str(k))
-    return out
+def wide_spreads(result) -> list[tuple[float, str, dict]]:
+    """(spread, path, figure) of every repeated figure in result whose runs
+    disagree by more than SPREAD, the widest first; a list's rows (idle's)
+    are walked too, each named as figure_paths names it."""
+    spreads = ((spread(f), p, f) for p, f in figure_paths(result, False).items())
+    return sorted((w for w in spreads if w[0] > SPREAD), key=lambda w: w[:2], reverse=True)
 
 
-def spread_words(s: float, figure: dict) -> str:
-    """How far apart a figure's runs are, whose spread is s: "26%" of its
-    median, or where no share of it says (a median of 0) their min and max
-    in the figure's unit, "-1 to 2 about a median of 0"."""
+def spread_words(s: float, figure: dict) -> tuple[str, str]:
+    """How far apart a figure's runs are, whose spread is s, with the word
+    that leads to it: ("by", "26%") of its median, or where no share of it
+    says (a median of 0), ("from", "-1 to 2 about a median of 0"), their
+    min and max in the figure's unit."""
     if math.isfinite(s):
-        return f"{s:.0%}"
-    return f"{figure['min']:g} to {figure['max']:g} about a median of 0"
+        return "by", f"{s:.0%}"
+    return "from", f"{figure['min']:g} to {figure['max']:g} about a median of 0"
 
 
 def busy_cores(load: dict) -> float:
@@ -247,10 +240,9 @@ def busy_notes(load: dict, result: dict) -> list[str]:
             f"on average (hypervisor steal {load['steal_cores']:.2f}); load average "
             f"{load['load_average_start'][0]:.2f} -> {load['load_average_end'][0]:.2f}"
         )
-    spreads = sorted(wide_spreads(result), reverse=True)
+    spreads = wide_spreads(result)
     if spreads:
-        figures = figure_paths(result, False)
-        worst = ", ".join(f"{p} {spread_words(s, figures[p])}" for s, p in spreads[:3])
+        worst = ", ".join(f"{p} {spread_words(s, f)[1]}" for s, p, f in spreads[:3])
         notes.append(
             f"SPREAD: {len(spreads)} figure(s) moved by more than {SPREAD:.0%} of their median "
             f"between runs ({worst})"

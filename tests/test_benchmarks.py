@@ -337,7 +337,7 @@ def test_runs_that_disagree_are_noted_whatever_the_sign_of_their_median() -> Non
             "late": {"min_ms": s(-0.9, -0.4, 0.1), "max_ms": s(1.0, 2.0, 3.0)},
             "steady": {"min_ms": s(-0.41, -0.4, -0.39)},
         }
-        print(json.dumps(sorted(p for _, p in run.wide_spreads(result))))
+        print(json.dumps(sorted(p for _, p, _ in run.wide_spreads(result))))
     """
     proc = subprocess.run(
         [sys.executable, "-c", code], cwd=BENCHMARKS, capture_output=True, text=True
@@ -564,7 +564,7 @@ def test_runs_that_disagree_in_a_table_of_rows_are_noted() -> None:
     )
     assert proc.returncode == 0, proc.stderr
     spreads, notes = json.loads(proc.stdout)
-    assert [p for _, p in spreads] == ["rows/1 ms 1/s every-tick/worker_cpu_us_per_s"]
+    assert [p for _, p, _ in spreads] == ["rows/1 ms 1/s every-tick/worker_cpu_us_per_s"]
     assert len(notes) == 1 and notes[0].startswith("SPREAD: 1 figure(s)"), notes
 
 
