@@ -698,12 +698,12 @@ def test_reset_of_a_periodic_delivered_but_not_yet_run_moves_that_run(make_timer
     box: dict[str, object] = {}
 
     def first(to: hwtimer.Timeout) -> None:
+        box["at"] = time.monotonic()  # before: the new deadline is 0.3 s on from the reset
         box["reset"] = box["p"].reset(0.3)
-        box["at"] = time.monotonic()
 
     timer.new_timeout(first, 0.01)
     box["p"] = p = timer.new_periodic(runs, 10.0, delay=0.01)
-    assert wait_for(lambda: "at" in box)
+    assert wait_for(lambda: "reset" in box)
     assert box["reset"] is True
     assert runs.wait(1)
     p.cancel()
