@@ -484,6 +484,29 @@ static int check_name_and_executor(PyObject *name_o, PyObject *executor)
                          hwtimer_type_name(Py_TYPE(executor)));
             return -1;
         }
+        /* An Executor class in place of one (executor=ThreadPoolExecutor):
+           its submit is an unbound method, so each task's submit(fn,
+           timeout) would fail and be logged.  A class of another kind may
+           be a namespace with a static submit(fn, *args), and is kept. */
+        if (PyType_Check(executor)) {
+            PyObject *futures = PyImport_ImportModule("concurrent.futures");
+            PyObject *base = futures ? PyObject_GetAttrString(futures, "Executor") : NULL;
+            Py_XDECREF(futures);
+            if (!base)
+                return -1;
+            int is_executor_class = PyObject_IsSubclass(executor, base);
+            Py_DECREF(base);
+            if (is_executor_class < 0)
+                return -1;
+            if (is_executor_class) {
+                const char *name = hwtimer_type_name((PyTypeObject *)executor);
+                PyErr_Format(PyExc_TypeError,
+                             "executor must be an executor, not the class %.200s: "
+                             "pass one, %.200s()",
+                             name, name);
+                return -1;
+            }
+        }
     }
     return 0;
 }

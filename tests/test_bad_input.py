@@ -234,6 +234,32 @@ def test_an_error_reading_the_executors_submit_propagates(exc) -> None:
     assert len(native_thread_names()) <= threads_before
 
 
+@pytest.mark.parametrize(
+    "cls", [concurrent.futures.ThreadPoolExecutor, concurrent.futures.ProcessPoolExecutor]
+)
+def test_an_executor_class_instead_of_an_executor_is_refused(cls) -> None:
+    # The class has a submit() too, but as an unbound method: every task's
+    # submit(fn, timeout) would fail, be logged, and run on the dispatch
+    # thread instead.  The mistake is refused where it is made.
+    threads_before = len(native_thread_names())
+    with pytest.raises(TypeError, match=rf"not the class {cls.__name__}.*{cls.__name__}\(\)"):
+        HashedWheelTimer(executor=cls)
+    assert len(native_thread_names()) <= threads_before
+
+
+def test_a_class_with_a_static_submit_is_still_an_executor() -> None:
+    ran = threading.Event()
+
+    class Inline:
+        @staticmethod
+        def submit(fn, *args):
+            fn(*args)
+
+    with HashedWheelTimer(0.01, executor=Inline) as timer:
+        timer.new_timeout(lambda t: ran.set(), 0)
+        assert ran.wait(10)
+
+
 CONSTRUCTOR_ACCEPTED = [
     ("tick_duration-myint", {"tick_duration": MyInt(1)}, "tick_duration", 1.0),
     ("tick_duration-myfloat", {"tick_duration": MyFloat(0.5)}, "tick_duration", 0.5),
