@@ -781,6 +781,38 @@ def test_start_after_stop_of_never_started_timer_is_runtime_error(make_timer) ->
         timer.new_timeout(noop, 0)
 
 
+def test_a_stopped_timer_that_is_asked_to_start_names_itself(make_timer) -> None:
+    # the error of a schedule that finds the timer stopped says which
+    # timer it is, and that it does not start again
+    timer = make_timer(thread_name="jobs")
+    timer.start()
+    timer.stop()
+    with pytest.raises(RuntimeError, match=r"stopped timer \('jobs'\).*not start again"):
+        timer.new_timeout(noop, 0)
+
+
+def test_a_sleep_after_a_stop_of_the_shared_timer_says_that_it_is_stopped() -> None:
+    # the shared timer stopped by a user's stop(): a later sleep() in any
+    # loop of the process names it in its error, which is final
+    code = """if True:
+        import asyncio, hwtimer
+        hwtimer.default_timer().stop()
+        async def main():
+            await hwtimer.sleep(0.01)
+        for _ in range(2):
+            try:
+                asyncio.run(main())
+            except RuntimeError as e:
+                print(e)
+    """
+    proc = run_python(code)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 2 and lines[0] == lines[1], lines
+    assert "stopped timer ('hwtimer-default')" in lines[0], lines
+    assert "hwtimer.default_timer()" in lines[0], lines
+
+
 def test_warning_of_too_many_timers_lets_its_handler_stop_them() -> None:
     # The error logged when a 65th timer starts: a handler that answers it
     # by stopping every timer, the one starting too, must not wait for a
