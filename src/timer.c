@@ -363,12 +363,16 @@ static PyObject *stop_and_wait(TimerObject *self, DispatchObject *d)
     bool first = hwt_timer_started(self->core) && self->running;
     if (first) {
         running_remove(self);
+        /* Marked before the GIL is let go: another call whose wait ends
+           before this one has its GIL back returns [], and leaves what
+           was pending (the periodic runs handed out included) to this
+           call, rather than take a part of it. */
+        self->stop_waiter = getpid();
         hwt_timeout *left;
         Py_BEGIN_ALLOW_THREADS
         left = hwt_timer_stop(self->core);
         Py_END_ALLOW_THREADS
         self->stop_left = left;
-        self->stop_waiter = getpid();
     }
     /* else stopped, or being stopped by another call: wait as it does */
     int r = hwtimer_dispatch_wait_done(d);

@@ -1218,6 +1218,37 @@ def test_stop_from_two_threads(timer) -> None:
     assert sorted(map(id, returned)) == sorted(map(id, timeouts))
 
 
+def test_stop_from_threads_at_once_returns_everything_from_one_call(make_timer) -> None:
+    # Periodic runs going on an executor when the calls come: the call that
+    # stops the timer returns all that was pending, those runs included,
+    # and the others return [], however their waits end.
+    def run(timeout: Timeout) -> None:
+        time.sleep(0.0005)
+
+    for _ in range(60):
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            timer = make_timer(0.001, 64, executor=pool)
+            timeouts = [timer.new_timeout(noop, 60) for _ in range(20)]
+            timeouts += [timer.new_periodic(run, 0.001) for _ in range(10)]
+            time.sleep(0.01)
+            barrier = threading.Barrier(3)
+            results: list[list[Timeout]] = []
+
+            def stop(timer=timer, barrier=barrier, results=results) -> None:
+                barrier.wait()
+                results.append(timer.stop())
+
+            threads = [threading.Thread(target=stop) for _ in range(3)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(DEADLINE)
+            assert len(results) == 3
+            returned = [to for r in results for to in r]
+            assert sorted(map(id, returned)) == sorted(map(id, timeouts))
+            assert sorted(map(len, results)) == [0, 0, len(timeouts)]
+
+
 # ---- executor= ----
 
 
