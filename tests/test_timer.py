@@ -1205,17 +1205,30 @@ def test_no_task_starts_after_stop_returns(timer) -> None:
     assert not set(map(id, returned)) & set(map(id, task.calls))
 
 
-def test_stop_from_two_threads(timer) -> None:
-    timeouts = [timer.new_timeout(noop, 60) for _ in range(100)]
-    results = []
-    threads = [threading.Thread(target=lambda: results.append(timer.stop())) for _ in range(4)]
+def stop_from_threads(timer: HashedWheelTimer, n: int) -> list[list[Timeout]]:
+    """What stop() returned to each of n threads that called it at once."""
+    barrier = threading.Barrier(n)
+    results: list[list[Timeout]] = []
+
+    def stop() -> None:
+        barrier.wait()
+        results.append(timer.stop())
+
+    threads = [threading.Thread(target=stop) for _ in range(n)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(DEADLINE)
-    assert len(results) == 4
+    assert len(results) == n
+    return results
+
+
+def test_stop_from_two_threads(timer) -> None:
+    timeouts = [timer.new_timeout(noop, 60) for _ in range(100)]
+    results = stop_from_threads(timer, 4)
     returned = [to for r in results for to in r]
     assert sorted(map(id, returned)) == sorted(map(id, timeouts))
+    assert sorted(map(len, results)) == [0, 0, 0, len(timeouts)]
 
 
 def test_stop_from_threads_at_once_returns_everything_from_one_call(make_timer) -> None:
@@ -1231,19 +1244,7 @@ def test_stop_from_threads_at_once_returns_everything_from_one_call(make_timer) 
             timeouts = [timer.new_timeout(noop, 60) for _ in range(20)]
             timeouts += [timer.new_periodic(run, 0.001) for _ in range(10)]
             time.sleep(0.01)
-            barrier = threading.Barrier(3)
-            results: list[list[Timeout]] = []
-
-            def stop(timer=timer, barrier=barrier, results=results) -> None:
-                barrier.wait()
-                results.append(timer.stop())
-
-            threads = [threading.Thread(target=stop) for _ in range(3)]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join(DEADLINE)
-            assert len(results) == 3
+            results = stop_from_threads(timer, 3)
             returned = [to for r in results for to in r]
             assert sorted(map(id, returned)) == sorted(map(id, timeouts))
             assert sorted(map(len, results)) == [0, 0, len(timeouts)]
