@@ -424,8 +424,9 @@ int hwtimer_parse_seconds(hwtimer_state *st, PyObject *obj, const char *what, do
    and sets *out to inf of its sign.  Returns 0, or -1 with the error as
    it was (or the one reading the int again raised). */
 int hwtimer_huge_seconds(PyObject *obj, double *out);
-/* Logs the current exception as a task's failure on the "hwtimer" logger
-   and clears it. */
+/* Counts the current exception as a task's failure and logs it on the
+   "hwtimer" logger, and clears it; a KeyboardInterrupt in a manual
+   timer's advance() is only noted, for advance() to raise. */
 void hwtimer_log_task_error(hwtimer_state *st, PyObject *timeout);
 /* How many fork()s led to this process, and which thread called the last
    one (written in the child by that thread, before any other exists),

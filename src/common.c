@@ -287,9 +287,15 @@ void hwtimer_log_task_error(hwtimer_state *st, PyObject *timeout)
     PyObject *exc = take_exception();
     TimerObject *timer = TIMER_OF((TimeoutObject *)timeout);
     if (timer->manual && timer->in_advance && exc &&
-        PyErr_GivenExceptionMatches(exc, PyExc_KeyboardInterrupt))
-        timer->interrupted = true; /* advance() raises it: not the task's error */
-    else if (timer->manual && exc)
+        PyErr_GivenExceptionMatches(exc, PyExc_KeyboardInterrupt)) {
+        /* advance() raises it: not the task's error, so neither counted
+           nor logged as one */
+        timer->interrupted = true;
+        Py_DECREF(exc);
+        return;
+    }
+    timer->task_errors++;
+    if (timer->manual && exc)
         hwtimer_keep_manual_error(timer, exc);
     PyObject *task = ((TimeoutObject *)timeout)->task;
     log_with(st, "warning", Py_BuildValue("(sOO)", "task %r of %r raised", task, timeout), exc);

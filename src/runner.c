@@ -151,7 +151,6 @@ static PyObject *submitted_done(PyObject *timeout, PyObject *future)
     }
     TimeoutObject *to = (TimeoutObject *)timeout;
     TimerObject *timer = TIMER_OF(to);
-    timer->task_errors++;
     hwtimer_log_task_error(timer->module_state, timeout);
     /* its run, not taken, will not come: a one-shot leaves the set */
     int took = take_submitted(timer, to);
@@ -190,9 +189,10 @@ static void watch_future(TimeoutObject *to, PyObject *fut)
    asyncio); else 0. */
 static int report_failure(TimerObject *timer, TimeoutObject *to)
 {
-    timer->task_errors++;
-    if (Py_TYPE(to) == timer->module_state->loop_timeout_type)
+    if (Py_TYPE(to) == timer->module_state->loop_timeout_type) {
+        timer->task_errors++;
         return hwtimer_loop_report((LoopTimeoutObject *)to);
+    }
     hwtimer_log_task_error(timer->module_state, (PyObject *)to);
     return 0;
 }
@@ -435,7 +435,6 @@ void hwtimer_dispatch_timeout(TimerObject *timer, TimeoutObject *to, hwtimer_bat
     if (hwtimer_threads_exiting(timer->module_state)) {
         PyErr_Clear();
     } else {
-        timer->task_errors++;
         hwtimer_log_task_error(timer->module_state, (PyObject *)to);
     }
     /* One that _run_task() took (the executor ran it, or runs it, before

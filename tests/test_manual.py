@@ -376,6 +376,26 @@ def test_ctrl_c_in_a_task_stops_the_advance_after_its_tick(manual: ManualTimer) 
     assert manual.task_errors == []
 
 
+@pytest.mark.skipif(not hasattr(signal, "raise_signal"), reason="needs signal.raise_signal")
+@pytest.mark.usefixtures("sigint_handled")
+def test_ctrl_c_in_a_task_is_neither_logged_nor_counted_as_its_error(
+    manual: ManualTimer, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Ctrl-C comes out of advance() and is not the task's error: the
+    # "hwtimer" logger does not report it as one (one Ctrl-C, one
+    # traceback), nor does stats() count it in task_errors
+    def ctrl_c(timeout: Timeout) -> None:
+        signal.raise_signal(signal.SIGINT)
+
+    manual.new_timeout(ctrl_c, 0.01)
+    with caplog.at_level(logging.DEBUG, logger="hwtimer"):
+        with pytest.raises(KeyboardInterrupt):
+            manual.advance(1)
+    assert caplog.records == []
+    assert manual.stats()["task_errors"] == 0
+    assert manual.task_errors == []
+
+
 @pytest.mark.parametrize("quiet", ["level", "disable", "filter"])
 def test_task_errors_are_kept_however_the_logger_is_set(manual: ManualTimer, quiet: str) -> None:
     # a test that quietens hwtimer's warnings still fails on a task's error
