@@ -343,15 +343,17 @@ def sigint_handled() -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
 
 
+def ctrl_c(timeout: Timeout) -> None:
+    """A task in which Ctrl-C lands."""
+    signal.raise_signal(signal.SIGINT)
+
+
 @pytest.mark.skipif(not hasattr(signal, "raise_signal"), reason="needs signal.raise_signal")
 @pytest.mark.usefixtures("sigint_handled")
 def test_ctrl_c_in_a_task_stops_the_advance_after_its_tick(manual: ManualTimer) -> None:
     # Ctrl-C lands in the thread that advances, so in whichever task runs:
     # it comes out of advance() once that tick has run, instead of being
     # taken for the task's error while the advance goes on
-    def ctrl_c(timeout: Timeout) -> None:
-        signal.raise_signal(signal.SIGINT)
-
     same_tick, later = Recorder(manual), Recorder(manual)
     manual.new_timeout(ctrl_c, 0.01)
     manual.new_timeout(same_tick, 0.01)
@@ -384,9 +386,6 @@ def test_ctrl_c_in_a_task_is_neither_logged_nor_counted_as_its_error(
     # Ctrl-C comes out of advance() and is not the task's error: the
     # "hwtimer" logger does not report it as one (one Ctrl-C, one
     # traceback), nor does stats() count it in task_errors
-    def ctrl_c(timeout: Timeout) -> None:
-        signal.raise_signal(signal.SIGINT)
-
     manual.new_timeout(ctrl_c, 0.01)
     with caplog.at_level(logging.DEBUG, logger="hwtimer"):
         with pytest.raises(KeyboardInterrupt):

@@ -1205,8 +1205,9 @@ def test_no_task_starts_after_stop_returns(timer) -> None:
     assert not set(map(id, returned)) & set(map(id, task.calls))
 
 
-def stop_from_threads(timer: HashedWheelTimer, n: int) -> list[list[Timeout]]:
-    """What stop() returned to each of n threads that called it at once."""
+def assert_one_stop_returns_all(timer: HashedWheelTimer, n: int, timeouts: list[Timeout]) -> None:
+    """Calls stop() from n threads at once: one call returns all of
+    `timeouts`, the others []."""
     barrier = threading.Barrier(n)
     results: list[list[Timeout]] = []
 
@@ -1220,15 +1221,14 @@ def stop_from_threads(timer: HashedWheelTimer, n: int) -> list[list[Timeout]]:
     for t in threads:
         t.join(DEADLINE)
     assert len(results) == n
-    return results
+    returned = [to for r in results for to in r]
+    assert sorted(map(id, returned)) == sorted(map(id, timeouts))
+    assert sorted(map(len, results)) == [0] * (n - 1) + [len(timeouts)]
 
 
 def test_stop_from_two_threads(timer) -> None:
     timeouts = [timer.new_timeout(noop, 60) for _ in range(100)]
-    results = stop_from_threads(timer, 4)
-    returned = [to for r in results for to in r]
-    assert sorted(map(id, returned)) == sorted(map(id, timeouts))
-    assert sorted(map(len, results)) == [0, 0, 0, len(timeouts)]
+    assert_one_stop_returns_all(timer, 4, timeouts)
 
 
 def test_stop_from_threads_at_once_returns_everything_from_one_call(make_timer) -> None:
@@ -1244,10 +1244,7 @@ def test_stop_from_threads_at_once_returns_everything_from_one_call(make_timer) 
             timeouts = [timer.new_timeout(noop, 60) for _ in range(20)]
             timeouts += [timer.new_periodic(run, 0.001) for _ in range(10)]
             time.sleep(0.01)
-            results = stop_from_threads(timer, 3)
-            returned = [to for r in results for to in r]
-            assert sorted(map(id, returned)) == sorted(map(id, timeouts))
-            assert sorted(map(len, results)) == [0, 0, len(timeouts)]
+            assert_one_stop_returns_all(timer, 3, timeouts)
 
 
 # ---- executor= ----
