@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import threading
 
-from ._hwtimer import HashedWheelTimer
+from ._hwtimer import HashedWheelTimer, _mark_shared
 
 #: Tick of the shared timer: asyncio's own timers are good to about a
 #: millisecond, and an idle timer does not wake at all, so a fine tick costs
@@ -43,9 +43,11 @@ def default_timer() -> HashedWheelTimer:
         with _lock:
             timer = _timer
             if timer is None:
-                timer = _timer = HashedWheelTimer(
+                timer = HashedWheelTimer(
                     DEFAULT_TICK, DEFAULT_TICKS_PER_WHEEL, thread_name="hwtimer-default"
                 )
+                _mark_shared(timer)
+                _timer = timer
     return timer
 
 

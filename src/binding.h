@@ -233,6 +233,9 @@ struct TimerObject {
     /* in its dealloc, which lets the atexit hook find it running while a
        warning runs Python code: no Python code may be handed it then */
     bool dying;
+    /* hwtimer.default_timer()'s, marked by hwtimer/_default.py as it makes
+       it: a user's stop() of it is final for the process */
+    bool shared;
     /* A ManualTimer (hwtimer.testing): no threads; its core reads the
        clock below, which only advance() moves, under advance_lock. */
     bool manual;

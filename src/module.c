@@ -81,6 +81,17 @@ static PyObject *follow_loop_time(PyObject *module, PyObject *on)
     return PyBool_FromLong(was);
 }
 
+/* _mark_shared(timer): marks the timer that hwtimer.default_timer() made
+   as the shared one, for the error of a start after its stop. */
+static PyObject *mark_shared(PyObject *module, PyObject *timer)
+{
+    if (!PyObject_TypeCheck(timer, state_of_module(module)->timer_type))
+        return PyErr_Format(PyExc_TypeError, "_mark_shared() takes a HashedWheelTimer, not %.100s",
+                            hwtimer_type_name(Py_TYPE(timer)));
+    ((TimerObject *)timer)->shared = true;
+    Py_RETURN_NONE;
+}
+
 /* The first timer of `timer`'s list (running_timers or stopping_timers,
    linked through running_next) that a reference can be taken to.  One
    whose count is 0 is in its dealloc, whose weak references' callbacks
@@ -159,6 +170,9 @@ static PyMethodDef module_methods[] = {
     {"_follow_loop_time", follow_loop_time, METH_O,
      "_follow_loop_time($module, on, /)\n--\n\nSets (None: only reads) whether the asyncio "
      "helpers put a real timer's deadlines on the loop's call_at(); returns the old value."},
+    {"_mark_shared", mark_shared, METH_O,
+     "_mark_shared($module, timer, /)\n--\n\nMarks hwtimer.default_timer()'s timer as the "
+     "shared one."},
     {"_gc_hook", (PyCFunction)(void (*)(void))gc_hook, METH_FASTCALL,
      "_gc_hook($module, phase, info, /)\n--\n\nTracks the Timeout a cancel() left untracked "
      "(the gc.callbacks hook)."},

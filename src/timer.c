@@ -255,11 +255,10 @@ static int start_needed(TimerObject *self)
         return hwt_timer_orphaned(self->core) ? hwtimer_core_error(self, HWT_ESTOPPED, "start")
                                               : 0;
     if (hwt_timer_stopped(self->core) || self->dispatcher) {
-        /* The shared timer is named so by hwtimer/_default.py.  A user's
-           stop() of it is final for the process: say whose it is. */
-        int shared = PyUnicode_CompareWithASCIIString(self->name, "hwtimer-default") == 0;
+        /* a user's stop() of the shared timer is final for the process:
+           say whose it is */
         PyErr_Format(PyExc_RuntimeError,
-                     shared ? "cannot start a stopped timer (%R): the shared timer of "
+                     self->shared ? "cannot start a stopped timer (%R): the shared timer of "
                               "hwtimer.default_timer() was stopped, and does not start again "
                               "in this process"
                             : "cannot start a stopped timer (%R): a timer does not start again; "

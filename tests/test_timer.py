@@ -791,6 +791,18 @@ def test_a_stopped_timer_that_is_asked_to_start_names_itself(make_timer) -> None
         timer.new_timeout(noop, 0)
 
 
+def test_a_timer_named_as_the_shared_one_is_not_taken_for_it() -> None:
+    # only default_timer()'s own timer gets the shared timer's error: a
+    # user's timer with its thread name is told to make a new one (not
+    # make_timer's, which would take the shared timer's threads for its own)
+    timer = hwtimer.HashedWheelTimer(0.01, 64, thread_name="hwtimer-default")
+    timer.start()
+    timer.stop()
+    with pytest.raises(RuntimeError, match="make a new one") as e:
+        timer.new_timeout(noop, 0)
+    assert "default_timer()" not in str(e.value)
+
+
 def test_a_sleep_after_a_stop_of_the_shared_timer_says_that_it_is_stopped() -> None:
     # the shared timer stopped by a user's stop(): a later sleep() in any
     # loop of the process names it in its error, which is final
