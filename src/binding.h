@@ -576,8 +576,9 @@ void hwtimer_loop_sink_untrack(LoopTimeoutObject *to);
 /* Calls a call_later callback once in its context.  Returns 0, or -1 with
    the exception it raised. */
 int hwtimer_loop_call(LoopTimeoutObject *to);
-/* Reports the exception set as asyncio reports a failed handle.  Returns
-   -1, leaving it set, for KeyboardInterrupt and SystemExit, and with the
+/* Reports the exception set as asyncio reports a failed handle, and counts
+   it in task_errors.  Returns -1, leaving it set and uncounted, for
+   KeyboardInterrupt and SystemExit, and with the
    one the loop's exception handler raised, if it raised either; else 0. */
 int hwtimer_loop_report(LoopTimeoutObject *to);
 /* For the stop() that swept `to`, which has an on_stop: hands it to its

@@ -168,8 +168,10 @@ int hwtimer_loop_call(LoopTimeoutObject *to)
 
 int hwtimer_loop_report(LoopTimeoutObject *to)
 {
+    /* out of the loop, as in asyncio: not the callback's error */
     if (PyErr_ExceptionMatches(PyExc_KeyboardInterrupt) || PyErr_ExceptionMatches(PyExc_SystemExit))
         return -1;
+    TIMER_OF(&to->base)->task_errors++;
     return report_error(to->sink, (PyObject *)to);
 }
 

@@ -189,10 +189,8 @@ static void watch_future(TimeoutObject *to, PyObject *fut)
    asyncio); else 0. */
 static int report_failure(TimerObject *timer, TimeoutObject *to)
 {
-    if (Py_TYPE(to) == timer->module_state->loop_timeout_type) {
-        timer->task_errors++;
+    if (Py_TYPE(to) == timer->module_state->loop_timeout_type)
         return hwtimer_loop_report((LoopTimeoutObject *)to);
-    }
     hwtimer_log_task_error(timer->module_state, (PyObject *)to);
     return 0;
 }
