@@ -256,6 +256,12 @@ def test_default_native_thread_name(make_timer) -> None:
     assert wait_for(lambda: native_name(timer.thread_name) in native_thread_names())
 
 
+def _slack_of(tid: int | str) -> int:
+    """The timer slack, in ns, of this process's native thread `tid`."""
+    with open(f"/proc/{tid}/timerslack_ns") as f:
+        return int(f.read())
+
+
 def _timer_slack_ns(comm: str) -> list[int]:
     """The timer slack of this process's native threads named `comm`."""
     slack = []
@@ -264,8 +270,7 @@ def _timer_slack_ns(comm: str) -> list[int]:
             with open(f"/proc/self/task/{tid}/comm") as f:
                 if f.read().rstrip("\n") != comm:
                     continue
-            with open(f"/proc/{tid}/timerslack_ns") as f:
-                slack.append(int(f.read()))
+            slack.append(_slack_of(tid))
         except OSError:  # the thread exited meanwhile
             pass
     return slack
@@ -277,16 +282,13 @@ def _timer_slack_ns(comm: str) -> list[int]:
 def test_worker_wakes_for_its_ticks_without_timer_slack(make_timer) -> None:
     # Linux lets a thread's timed wait end up to its timer slack late, 50 us
     # by default: 5 % of a 1 ms tick on every tick.  The worker asks for none.
-    def own() -> int:
-        with open(f"/proc/{os.getpid()}/timerslack_ns") as f:
-            return int(f.read())
-
-    before = own()
+    caller = threading.get_native_id()
+    before = _slack_of(caller)
     timer = make_timer(0.001, 64, thread_name="slack-test")
     timer.start()
     assert wait_for(lambda: _timer_slack_ns("slack-test") != [])
     assert _timer_slack_ns("slack-test") == [1]
-    assert own() == before  # the calling thread keeps its own
+    assert _slack_of(caller) == before  # the calling thread keeps its own
 
 
 def test_dispatch_thread_is_a_daemon_python_thread(make_timer) -> None:
