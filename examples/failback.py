@@ -36,7 +36,9 @@ class FailbackQueue:
     it failed and was queued for retry or dropped.  ``stats`` counts
     ``ok`` (first attempts), ``retried_ok``, ``retries``, ``dropped`` (queue
     full), ``gave_up`` (after `max_retries`).  ``close()`` stops the timer
-    and returns the requests whose retries were still waiting.
+    and returns the requests whose retries were still waiting, and those
+    whose retry it cancelled before the backend answered (at least once:
+    such a request may have reached the backend).
     """
 
     def __init__(
@@ -60,6 +62,9 @@ class FailbackQueue:
         self._tasks: set[asyncio.Task[None]] = set()
         # each waiting retry: its key -> (its timeout, the request)
         self._waiting: dict[object, tuple[hwtimer.Timeout, Any]] = {}
+        # each retry whose attempt has begun and not ended: key -> request
+        self._in_flight: dict[object, Any] = {}
+        self._closed = False
 
     @property
     def pending(self) -> int:
@@ -106,15 +111,24 @@ class FailbackQueue:
             return
         _, request = entry
         self.stats["retries"] += 1
+        # Kept until the attempt ends: one that close() cancels (or that
+        # fails once the timer is stopped) is returned by close().
+        self._in_flight[key] = request
         try:
             await self._send(request)
         except (OSError, RuntimeError):
+            if self._closed:
+                return
+            del self._in_flight[key]
             self._queue(request, attempt + 1)
         else:
+            del self._in_flight[key]
             self.stats["retried_ok"] += 1
 
     async def close(self) -> list[Any]:
-        """Stops retrying; returns the requests whose retry was waiting."""
+        """Stops retrying; returns the requests whose retry was waiting or
+        was cancelled in flight."""
+        self._closed = True
         self.timer.stop()
         # Every retry not begun: those stop() returned, those that fell due
         # but whose call the loop has yet to run, and those whose attempt's
@@ -124,6 +138,9 @@ class FailbackQueue:
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        # then those whose attempt it cancelled before the backend answered
+        waiting += self._in_flight.values()
+        self._in_flight.clear()
         return waiting
 
 

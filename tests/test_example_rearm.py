@@ -327,6 +327,29 @@ def test_failback_close_returns_a_retry_whose_attempt_had_not_begun(run) -> None
     run(main)
 
 
+def test_failback_close_returns_a_retry_whose_attempt_was_in_flight(run) -> None:
+    # close() cancels an attempt that waits for the backend's answer: not
+    # known to be delivered, its request comes back with the waiting ones
+    # rather than being lost.
+    async def main() -> None:
+        sent: list[str] = []
+        never = asyncio.Event()
+
+        async def send(request: str) -> None:
+            sent.append(request)
+            if len(sent) == 1:
+                raise OSError("backend down")
+            await never.wait()  # the retry: sent, no answer yet
+
+        queue = failback.FailbackQueue(send, base_delay=0.01)
+        assert await queue.invoke("r") is False
+        await _until(lambda: len(sent) == 2)
+        assert await queue.close() == ["r"]
+        assert queue.stats["retries"] == 1 and queue.stats["retried_ok"] == 0
+
+    run(main)
+
+
 def test_failback_gives_up_after_max_retries(run) -> None:
     async def main() -> None:
         backend, client = await _backend(failures=-1)
