@@ -12,6 +12,7 @@ import threading
 import weakref
 from pathlib import Path
 
+import pytest
 from conftest import run_python, wait_for
 
 import hwtimer
@@ -38,6 +39,16 @@ def test_pending_one_shot_timeout_is_80_bytes_as_the_readme_says(timer) -> None:
     said = re.search(r"A\s+periodic one carries\s.*?\((\d+) bytes\)", README.read_text(), re.S)
     assert said and int(said[1]) == periodic_size
     assert t.cancel() and p.cancel()
+
+
+def test_a_timeout_takes_no_weak_references_as_the_readme_says(timer) -> None:
+    # no __weakref__ slot, which would take it past 80 bytes: refused with
+    # a TypeError, and the timeout is none the worse
+    t = timer.new_timeout(noop, 1000.0)
+    assert "takes no weak references" in README.read_text()
+    with pytest.raises(TypeError, match="weak reference"):
+        weakref.ref(t)
+    assert t.cancel()
 
 
 def test_100k_pending_timeouts_cost_80_bytes_each() -> None:
