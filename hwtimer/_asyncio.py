@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import inspect
 import math
 import operator
 import sys
@@ -303,6 +304,10 @@ async def wait_for(
     once `timeout` seconds have passed.  Like ``asyncio.wait_for()`` of
     Python 3.12 and later, with the deadline on `timer`.
     """
+    if not inspect.isawaitable(aw):
+        # refused before its deadline is scheduled, which would count a
+        # schedule and a cancel in the timer's stats() for nothing
+        raise TypeError(f"object {type(aw).__name__} can't be used in 'await' expression")
     _check_timer(timer)
     if timeout is not None:
         timeout = _seconds(timeout, "timeout")

@@ -6,14 +6,19 @@ dropping the last reference to their own timer."""
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import datetime
 import decimal
 import enum
 import fractions
+import gc
+import inspect
 import logging
+import sys
 import threading
 import time
+import warnings
 import weakref
 
 import pytest
@@ -893,3 +898,153 @@ def test_no_running_loop_is_told_in_the_callers_terms() -> None:
             hwtimer.timeout(delay, timer=timer)
         assert "loop=" not in str(caught.value)
     assert timer.pending_timeouts() == 0
+
+
+# ---- every refused call leaves the timer as it was ----
+
+
+class NotAwaitable:
+    """Neither a coroutine, nor a future, nor anything with __await__."""
+
+
+def plain_generator():
+    yield  # a generator, not a coroutine: await refuses it
+
+
+NOT_AWAITABLE = NotAwaitable()
+GENERATOR = plain_generator()
+
+
+def call_later_on_a_closed_loop(timer, arg):
+    loop = asyncio.new_event_loop()
+    loop.close()
+    return timer.call_later(1, arg, loop=loop)
+
+
+# (id, the argument refused, the call made with it in a running loop (its
+# coroutine, if it returns one, is awaited), the error)
+REFUSED_CALLS = [
+    # wait_for() of what cannot be awaited, whatever the timeout
+    *[
+        (
+            f"wait_for-{name}-timeout-{timeout}",
+            arg,
+            lambda timer, arg, timeout=timeout: hwtimer.wait_for(arg, timeout, timer=timer),
+            TypeError,
+        )
+        for name, arg in [
+            ("int", 1),
+            ("None", None),
+            ("str", "aw"),
+            ("object", NOT_AWAITABLE),
+            ("function", noop),
+            ("generator", GENERATOR),
+        ]
+        for timeout in (1, 0.5, INF, 0, -1, None)
+    ],
+    ("wait_for-timeout-nan", NAN, lambda timer, arg: hwtimer.wait_for(_done(), arg), ValueError),
+    ("wait_for-timeout-str", "1", lambda timer, arg: hwtimer.wait_for(_done(), arg), TypeError),
+    (
+        "wait_for-timer",
+        NOT_AWAITABLE,
+        lambda timer, arg: hwtimer.wait_for(_done(), 1, timer=arg),
+        TypeError,
+    ),
+    ("sleep-nan", NAN, lambda timer, arg: hwtimer.sleep(arg, timer=timer), ValueError),
+    ("sleep-str", "1", lambda timer, arg: hwtimer.sleep(arg, timer=timer), TypeError),
+    ("sleep-timer", NOT_AWAITABLE, lambda timer, arg: hwtimer.sleep(1, timer=arg), TypeError),
+    ("timeout-nan", NAN, lambda timer, arg: hwtimer.timeout(arg, timer=timer), ValueError),
+    ("timeout-bool", True, lambda timer, arg: hwtimer.timeout(arg, timer=timer), TypeError),
+    ("timeout-timer", NOT_AWAITABLE, lambda timer, arg: hwtimer.timeout(1, timer=arg), TypeError),
+    ("timeout_at-nan", NAN, lambda timer, arg: hwtimer.timeout_at(arg, timer=timer), ValueError),
+    ("timeout_at-str", "1", lambda timer, arg: hwtimer.timeout_at(arg, timer=timer), TypeError),
+    ("new_timeout-task", NOT_AWAITABLE, lambda timer, arg: timer.new_timeout(arg, 1), TypeError),
+    ("new_timeout-delay", NAN, lambda timer, arg: timer.new_timeout(noop, arg), ValueError),
+    ("new_periodic-period", -1, lambda timer, arg: timer.new_periodic(noop, arg), ValueError),
+    (
+        "new_periodic-missed",
+        "never",
+        lambda timer, arg: timer.new_periodic(noop, 1, missed=arg),
+        ValueError,
+    ),
+    ("call_later-callback", NOT_AWAITABLE, lambda timer, arg: timer.call_later(1, arg), TypeError),
+    ("call_later-delay", NAN, lambda timer, arg: timer.call_later(arg, noop), ValueError),
+    (
+        "call_later-loop",
+        NOT_AWAITABLE,
+        lambda timer, arg: timer.call_later(1, noop, loop=arg),
+        TypeError,
+    ),
+    ("call_later-closed-loop", noop, call_later_on_a_closed_loop, RuntimeError),
+    (
+        "call_later-context",
+        {},
+        lambda timer, arg: timer.call_later(1, noop, context=arg),
+        TypeError,
+    ),
+    ("call_every-period", 0, lambda timer, arg: timer.call_every(arg, noop), ValueError),
+    ("call_every-delay", NAN, lambda timer, arg: timer.call_every(1, noop, delay=arg), ValueError),
+    ("reset-nan", NAN, lambda timer, arg: timer.pending_snapshot()[0].reset(arg), ValueError),
+    ("reset-str", "1", lambda timer, arg: timer.pending_snapshot()[0].reset(arg), TypeError),
+    ("advance-negative", -1, lambda timer, arg: timer.advance(arg), ValueError),
+    ("advance-nan", NAN, lambda timer, arg: timer.advance(arg), ValueError),
+    ("advance_async-negative", -1, lambda timer, arg: timer.advance_async(arg), ValueError),
+    ("pending_snapshot-negative", -1, lambda timer, arg: timer.pending_snapshot(arg), ValueError),
+]
+
+
+def _done() -> asyncio.Future[None]:
+    future = asyncio.get_running_loop().create_future()
+    future.set_result(None)
+    return future
+
+
+@pytest.mark.parametrize(
+    "arg, call, exc", [c[1:] for c in REFUSED_CALLS], ids=[c[0] for c in REFUSED_CALLS]
+)
+def test_a_refused_call_changes_nothing(caplog, arg, call, exc) -> None:
+    """Nothing counted in stats(), nothing pending, no reference kept to
+    what was refused, nothing logged, and the timer goes on working."""
+    caplog.set_level(logging.DEBUG, logger="hwtimer")
+    timer = ManualTimer(0.01, 64)
+    timer.new_timeout(noop, 60)
+    timer.advance(0.05)
+
+    def references() -> int:
+        # shared objects (small ints, None, interned strings) are counted
+        # everywhere; the rest only here and by whoever holds them
+        shared = type(arg) in (int, float, str, bool, type(None))
+        return 0 if shared else sys.getrefcount(arg)
+
+    async def main() -> tuple[type[BaseException] | None, str]:
+        await asyncio.sleep(0)
+        gc.collect()
+        before = timer.stats(), timer.pending_snapshot(), timer.time(), references()
+        raised: tuple[type[BaseException] | None, str] = (None, "")
+        made = None
+        try:
+            made = call(timer, arg)
+            if inspect.isawaitable(made):
+                await made
+        except BaseException as caught:  # noqa: BLE001  (checked below)
+            raised = (type(caught), str(caught))
+            del caught  # its traceback holds the frames that hold `arg`
+        del made
+        for _ in range(3):
+            await asyncio.sleep(0)
+        gc.collect()
+        after = timer.stats(), timer.pending_snapshot(), timer.time(), references()
+        assert after == before
+        return raised
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        raised, message = asyncio.run(main())
+    assert raised is exc, message
+    assert message
+    assert not [r for r in caplog.records if r.name == "hwtimer"]
+    ran = Counter()
+    timeout = timer.new_timeout(ran, 0.02)
+    timer.advance(0.03)
+    assert ran.calls == [timeout]
+    timer.stop()
