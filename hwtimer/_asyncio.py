@@ -308,6 +308,14 @@ async def wait_for(
         # refused before its deadline is scheduled, which would count a
         # schedule and a cancel in the timer's stats() for nothing
         raise TypeError(f"object {type(aw).__name__} can't be used in 'await' expression")
+    if asyncio.isfuture(aw):
+        get_loop = getattr(aw, "get_loop", None)
+        if get_loop is not None and get_loop() is not asyncio.get_running_loop():
+            # Awaited, it would fail only after its deadline was scheduled;
+            # and with no time left, cancelling it would wait for ever on
+            # the loop it belongs to.  asyncio.wait_for() of 3.11 refuses it
+            # so.
+            raise ValueError("The future belongs to a different loop than the running one")
     _check_timer(timer)
     if timeout is not None:
         timeout = _seconds(timeout, "timeout")

@@ -1048,3 +1048,26 @@ def test_a_refused_call_changes_nothing(caplog, arg, call, exc) -> None:
     timer.advance(0.03)
     assert ran.calls == [timeout]
     timer.stop()
+
+
+@pytest.mark.parametrize("timeout", [1, INF, 0, -1, None])
+def test_wait_for_refuses_a_future_of_another_loop(timeout) -> None:
+    """Refused at once, as asyncio.wait_for() of 3.11 refuses it: not left
+    waiting for ever for a cancellation that the other loop would deliver,
+    nor after a deadline scheduled and cancelled for nothing."""
+    timer = ManualTimer(0.01, 64)
+    other = asyncio.new_event_loop()
+    try:
+        future = other.create_future()
+
+        async def main() -> None:
+            before = timer.stats(), timer.pending_snapshot()
+            with pytest.raises(ValueError, match="different loop"):
+                await asyncio.wait_for(hwtimer.wait_for(future, timeout, timer=timer), DEADLINE)
+            assert (timer.stats(), timer.pending_snapshot()) == before
+
+        asyncio.run(main())
+        assert not future.done()  # the other loop's future is left alone
+    finally:
+        other.close()
+        timer.stop()
