@@ -1211,7 +1211,11 @@ static PyObject *timer_enter(TimerObject *self, PyObject *unused)
 
 static PyObject *timer_exit(TimerObject *self, PyObject *args)
 {
-    (void)args;
+    /* called with anything but what the with statement gives, it is not
+       the with statement calling: refused before the timer stops for good */
+    PyObject *exc_type, *exc, *tb;
+    if (!PyArg_UnpackTuple(args, "__exit__", 3, 3, &exc_type, &exc, &tb))
+        return NULL;
     PyObject *r = hwtimer_timer_own_stop(self);
     if (!r)
         return NULL;

@@ -621,6 +621,25 @@ def test_timer_methods_take_no_arguments(busy_timer, method) -> None:
     assert_nothing_scheduled_and_still_working(timer, pending, timer.stats()["scheduled"])
 
 
+@pytest.mark.parametrize("nargs", [0, 1, 2, 4])
+@pytest.mark.parametrize("manual", [False, True], ids=["real", "manual"])
+def test_exit_refuses_a_wrong_number_of_arguments(make_timer, manual, nargs) -> None:
+    """__exit__ takes exc_type, exc and tb: called otherwise it is not the
+    with statement calling it, and the timer is not stopped for good."""
+    timer = ManualTimer(0.01, 64) if manual else make_timer()
+    pending = timer.new_timeout(noop, 60)
+    with pytest.raises(TypeError, match="__exit__"):
+        timer.__exit__(*[None] * nargs)
+    assert timer.pending_timeouts() == 1 and not pending.is_cancelled()
+    ran = Counter()
+    timer.new_timeout(ran, 0)
+    if manual:
+        timer.advance(0.02)
+    assert ran.wait()
+    assert timer.__exit__(None, None, None) is False
+    assert pending.is_cancelled()
+
+
 @pytest.mark.parametrize("method", ["cancel", "is_cancelled", "is_expired"])
 def test_timeout_methods_take_no_arguments(timer, method) -> None:
     timeout = timer.new_timeout(noop, 60)
