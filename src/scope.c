@@ -522,9 +522,13 @@ static int scope_bind(ScopeObject *self)
         Py_XDECREF(loop);
         return -1;
     }
+    /* what a refused deadline puts back: the scope stays one not entered */
+    PyObject *made_on = self->loop; /* _after()'s loop, or NULL */
+    bool had_timer = self->timer != NULL;
+    double created_at = self->created_at;
     self->phase = ENTERED;
+    self->loop = loop;
     Py_XSETREF(self->task, task);
-    Py_XSETREF(self->loop, loop);
     self->cancelling = cancelling;
     if (st->cancelling_hook) {
         /* no Task.uncancel(): a cancellation the task took before it
@@ -537,9 +541,25 @@ static int scope_bind(ScopeObject *self)
     }
     if (self->when && self->when != Py_None) {
         double when = hwtimer_as_seconds(self->when);
-        if ((when == -1.0 && PyErr_Occurred()) || scope_schedule(self, when) < 0)
+        if ((when == -1.0 && PyErr_Occurred()) || scope_schedule(self, when) < 0) {
+            /* The timer refused the deadline (stopped, or full): the
+               block is not entered, __aexit__ will not be called, and the
+               scope must not stay entered, holding the task, refusing a
+               new entry for "already entered" and taking a reschedule()
+               that would cancel a task no longer in it. */
+            self->phase = CREATED;
+            self->created_at = created_at;
+            loop = self->loop;
+            self->loop = made_on;
+            Py_DECREF(loop);
+            Py_CLEAR(self->task);
+            Py_CLEAR(self->handled);
+            if (!had_timer)
+                Py_CLEAR(self->timer);
             return -1;
+        }
     }
+    Py_XDECREF(made_on);
     return 0;
 }
 

@@ -1090,3 +1090,38 @@ def test_wait_for_refuses_a_future_of_another_loop(timeout) -> None:
     finally:
         other.close()
         timer.stop()
+
+
+@pytest.mark.parametrize("cause", ["stopped", "full"])
+def test_a_scope_refused_on_entry_is_left_as_it_was(cause) -> None:
+    """A scope whose deadline the timer refuses (stopped, or full) raises
+    on entry and stays a scope not yet entered: it holds no task, it says
+    so, and it can be entered once the timer takes its deadline."""
+    timer = ManualTimer(0.01, 64, max_pending_timeouts=1)
+    blocker = timer.new_timeout(noop, 60)
+    if cause == "stopped":
+        timer.stop()
+
+    async def main() -> None:
+        task = asyncio.current_task()
+        scope = hwtimer.timeout(1, timer=timer)
+        refs = sys.getrefcount(task)
+        error = "stopped timer" if cause == "stopped" else "max_pending_timeouts"
+        for _ in range(2):  # the same error each time, not "already entered"
+            with pytest.raises(RuntimeError, match=error):
+                async with scope:
+                    pytest.fail("entered a scope with no deadline")
+        assert sys.getrefcount(task) == refs  # the scope keeps no task
+        assert not scope.expired()
+        with pytest.raises(RuntimeError, match="has not been entered"):
+            scope.reschedule(None)
+        if cause == "full":
+            blocker.cancel()
+            timer.advance(0.01)
+            with pytest.raises(TimeoutError):
+                async with scope:
+                    await timer.advance_async(2)
+            assert scope.expired()
+
+    asyncio.run(main())
+    timer.stop()
