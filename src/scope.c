@@ -461,26 +461,48 @@ static PyObject *scope_reschedule(ScopeObject *self, PyObject *const *args, Py_s
     PyObject *kept = deadline_kept(when, w);
     if (!kept)
         return NULL;
-    Py_XSETREF(self->when, kept);
+    PyObject *old_when = self->when; /* the reference moves here */
+    bool had_deadline = self->handle != NULL;
+    self->when = kept;
     /* its timer stopped under it (maybe just now, its on_stop yet to
        come): the deadline goes on on the loop's clock */
     if (self->timer && hwt_timer_stopped(((TimerObject *)self->timer)->core))
         self->on_loop = true;
     if (scope_unschedule(self) < 0)
-        return NULL;
+        goto refused;
     if (when == Py_None || scope_schedule(self, w) == 0)
-        Py_RETURN_NONE;
+        goto done;
     /* A stop() in another thread since the look above (it stops the core
        without the GIL) refuses the deadline on the wheel: it goes on on
        the loop's clock, as after any stop. */
     if (self->on_loop || !self->timer || !hwt_timer_stopped(((TimerObject *)self->timer)->core) ||
         !PyErr_ExceptionMatches(PyExc_RuntimeError))
-        return NULL;
+        goto refused;
     PyErr_Clear();
     self->on_loop = true;
     if (scope_schedule(self, w) < 0)
-        return NULL;
+        goto refused;
+done:
+    Py_XDECREF(old_when);
     Py_RETURN_NONE;
+refused:
+    /* The new deadline was refused (RejectedExecutionError from a full
+       timer): the scope keeps the deadline it had, or none, rather than
+       saying it has the new one or losing both.  The old one's place on
+       the timer was freed by its cancel, so it is scheduled again there
+       (or on the loop at once, if it has passed). */
+    {
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        Py_XSETREF(self->when, old_when);
+        if (had_deadline && !self->handle && old_when && old_when != Py_None) {
+            double again = hwtimer_as_seconds(old_when);
+            if ((again == -1.0 && PyErr_Occurred()) || scope_schedule(self, again) < 0)
+                PyErr_Clear(); /* the error to report is the refusal */
+        }
+        PyErr_Restore(type, value, tb);
+    }
+    return NULL;
 }
 
 /* Returns the task's count of pending cancel requests, or -1. */

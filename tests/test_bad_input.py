@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import datetime
 import decimal
 import enum
@@ -1122,6 +1123,32 @@ def test_a_scope_refused_on_entry_is_left_as_it_was(cause) -> None:
                 async with scope:
                     await timer.advance_async(2)
             assert scope.expired()
+
+    asyncio.run(main())
+    timer.stop()
+
+
+@pytest.mark.parametrize("delay", [None, 0], ids=["no-deadline", "deadline-passed"])
+def test_a_reschedule_the_timer_refuses_keeps_the_deadline(delay) -> None:
+    """reschedule() to a deadline that a full timer refuses raises
+    RejectedExecutionError and leaves the scope as it was: its when(), and
+    its expiry (none, or at once for a deadline already passed).  (A
+    deadline on the wheel frees its place for the new one.)"""
+    timer = ManualTimer(0.01, 64, max_pending_timeouts=1)
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        expiry = pytest.raises(TimeoutError) if delay is not None else contextlib.nullcontext()
+        with expiry:
+            async with hwtimer.timeout(delay, timer=timer) as scope:
+                when = scope.when()
+                timer.new_timeout(noop, 60)  # the timer is full
+                with pytest.raises(hwtimer.RejectedExecutionError):
+                    scope.reschedule(loop.time() + 5)
+                assert scope.when() == when
+                for _ in range(3):
+                    await asyncio.sleep(0)
+        assert scope.expired() is (delay is not None)
 
     asyncio.run(main())
     timer.stop()
