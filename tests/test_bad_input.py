@@ -1010,6 +1010,37 @@ REFUSED_CALLS = [
     ("advance-nan", NAN, lambda timer, arg: timer.advance(arg), ValueError),
     ("advance_async-negative", -1, lambda timer, arg: timer.advance_async(arg), ValueError),
     ("pending_snapshot-negative", -1, lambda timer, arg: timer.pending_snapshot(arg), ValueError),
+    # keyword misuse
+    (
+        "timeout-unknown-keyword",
+        NOT_AWAITABLE,
+        lambda timer, arg: hwtimer.timeout(1, timer=timer, loop=arg),
+        TypeError,
+    ),
+    (
+        "wait_for-unknown-keyword",
+        NOT_AWAITABLE,
+        lambda timer, arg: hwtimer.wait_for(_done(), 1, timer=timer, loop=arg),
+        TypeError,
+    ),
+    (
+        "call_later-delay-by-keyword",
+        NOT_AWAITABLE,
+        lambda timer, arg: timer.call_later(callback=noop, delay=1, extra=arg),
+        TypeError,
+    ),
+    (
+        "reset-by-keyword",
+        1,
+        lambda timer, arg: timer.pending_snapshot()[0].reset(delay=arg),
+        TypeError,
+    ),
+    (
+        "new_periodic-unknown-keyword",
+        NOT_AWAITABLE,
+        lambda timer, arg: timer.new_periodic(noop, 1, when=arg),
+        TypeError,
+    ),
 ]
 
 
@@ -1019,16 +1050,42 @@ def _done() -> asyncio.Future[None]:
     return future
 
 
+#: What a refused call must leave as it was in a real timer's stats(): all
+#: but what moves with time alone (ticks, wake-ups, lateness).
+COUNTS = ("pending", "scheduled", "expired", "cancelled", "rejected", "task_errors", "never_due")
+
+
+def counts(timer: HashedWheelTimer) -> object:
+    """What a refused call must leave as it was: all of a ManualTimer's
+    stats() and clock; a real timer's counts, and its threads."""
+    if isinstance(timer, ManualTimer):
+        return timer.stats(), timer.time()
+    stats = timer.stats()
+    return [stats[key] for key in COUNTS], sorted(native_thread_names())
+
+
+@pytest.mark.parametrize("manual", [True, False], ids=["manual", "real"])
 @pytest.mark.parametrize(
     "arg, call, exc", [c[1:] for c in REFUSED_CALLS], ids=[c[0] for c in REFUSED_CALLS]
 )
-def test_a_refused_call_changes_nothing(caplog, arg, call, exc) -> None:
-    """Nothing counted in stats(), nothing pending, no reference kept to
-    what was refused, nothing logged, and the timer goes on working."""
+def test_a_refused_call_changes_nothing(make_timer, caplog, manual, arg, call, exc) -> None:
+    """Nothing counted in stats(), nothing pending, no thread started, no
+    reference kept to what was refused, nothing logged, and the timer goes
+    on working."""
     caplog.set_level(logging.DEBUG, logger="hwtimer")
-    timer = ManualTimer(0.01, 64)
-    timer.new_timeout(noop, 60)
-    timer.advance(0.05)
+    if manual:
+        timer = ManualTimer(0.01, 64)
+        timer.new_timeout(noop, 60)
+        timer.advance(0.05)
+    else:
+        timer = make_timer()
+        timer.new_timeout(noop, 60)
+        # its dispatch thread: started with the first task that falls due
+        first = Counter()
+        timer.new_timeout(first, 0)
+        assert first.wait()
+        if any(name.startswith("advance") for name in call.__code__.co_names):
+            pytest.skip("a ManualTimer's clock")
 
     def references() -> int:
         # shared objects (small ints, None, interned strings) are counted
@@ -1039,7 +1096,7 @@ def test_a_refused_call_changes_nothing(caplog, arg, call, exc) -> None:
     async def main() -> tuple[type[BaseException] | None, str]:
         await asyncio.sleep(0)
         gc.collect()
-        before = timer.stats(), timer.pending_snapshot(), timer.time(), references()
+        before = counts(timer), timer.pending_snapshot(), references()
         raised: tuple[type[BaseException] | None, str] = (None, "")
         made = None
         try:
@@ -1053,7 +1110,7 @@ def test_a_refused_call_changes_nothing(caplog, arg, call, exc) -> None:
         for _ in range(3):
             await asyncio.sleep(0)
         gc.collect()
-        after = timer.stats(), timer.pending_snapshot(), timer.time(), references()
+        after = counts(timer), timer.pending_snapshot(), references()
         assert after == before
         return raised
 
@@ -1065,7 +1122,9 @@ def test_a_refused_call_changes_nothing(caplog, arg, call, exc) -> None:
     assert not [r for r in caplog.records if r.name == "hwtimer"]
     ran = Counter()
     timeout = timer.new_timeout(ran, 0.02)
-    timer.advance(0.03)
+    if manual:
+        timer.advance(0.03)
+    assert ran.wait()
     assert ran.calls == [timeout]
     timer.stop()
 
