@@ -2164,6 +2164,42 @@ def test_stop_never_lists_a_scope_deadline_dropped_while_it_runs() -> None:
         timer.stop()
 
 
+def test_after_a_stop_only_a_deadline_still_to_come_needs_the_timer(
+    run: Any, own_timer: Any
+) -> None:
+    """A new sleep(), timeout() or wait_for() on a stopped timer raises
+    RuntimeError if its deadline is still to come; one with no deadline or
+    one passed already never needs the timer, and runs as asyncio's."""
+
+    async def scoped(delay: float | None) -> str:
+        async with hwtimer.timeout(delay, timer=own_timer):
+            await asyncio.sleep(0.01)
+        return "done"
+
+    async def main() -> None:
+        own_timer.start()
+        own_timer.stop()
+        assert await hwtimer.sleep(0, "now", timer=own_timer) == "now"
+        assert await hwtimer.sleep(-1, timer=own_timer) is None
+        assert await scoped(None) == "done"
+        for passed in (0, -1):
+            with pytest.raises(TimeoutError):
+                await scoped(passed)
+        # futures: a coroutine that wait_for() never starts is never awaited
+        loop = asyncio.get_running_loop()
+        with pytest.raises(TimeoutError):
+            await hwtimer.wait_for(loop.create_future(), 0, timer=own_timer)
+        for call in (
+            lambda: hwtimer.sleep(0.01, timer=own_timer),
+            lambda: scoped(0.01),
+            lambda: hwtimer.wait_for(loop.create_future(), 0.5, timer=own_timer),
+        ):
+            with pytest.raises(RuntimeError, match="stopped timer"):
+                await call()
+
+    run(main)
+
+
 def test_sleep_cancelled_after_its_timers_stop(run: Any, own_timer: Any) -> None:
     async def main() -> None:
         task = asyncio.ensure_future(hwtimer.sleep(0.2, timer=own_timer))
