@@ -1035,3 +1035,62 @@ def test_start_from_many_threads_at_once_starts_once() -> None:
     for attempt in range(40):
         proc = run_python(START_RACE, timeout=60)
         assert (proc.returncode, proc.stdout, proc.stderr) == (0, "1\n", ""), attempt
+
+
+def _nomemory_task(timeout: Any) -> None:
+    pass
+
+
+@pytest.mark.parametrize(
+    "operation",
+    ["new_timeout", "new_periodic", "reset", "cancel", "stats", "pending_snapshot"],
+)
+def test_failed_allocation_leaves_the_timer_as_it_was(operation: str) -> None:
+    """Each allocation that an operation makes, failed in turn: the call
+    either raises MemoryError and changes nothing (counts, pending, the
+    task's references) or completes; the timer then still runs a new
+    timeout, and stop() lists what is pending."""
+    testcapi = pytest.importorskip("_testcapi")
+    if not hasattr(testcapi, "set_nomemory"):
+        pytest.skip("this CPython's _testcapi cannot fail allocations")
+    task = _nomemory_task
+    failures = 0
+    for k in range(40):
+        timer = hwtimer.testing.ManualTimer()
+        held = [timer.new_timeout(task, 100) for _ in range(3)]
+        timer.advance(0.002)
+        before = timer.stats()
+        refs = sys.getrefcount(task)
+        call: Callable[[], object] = {
+            "new_timeout": lambda new=timer.new_timeout: new(task, 50),
+            "new_periodic": lambda new=timer.new_periodic: new(task, 50),
+            "reset": lambda reset=held[0].reset: reset(30),
+            "cancel": held[0].cancel,
+            "stats": timer.stats,
+            "pending_snapshot": timer.pending_snapshot,
+        }[operation]
+        testcapi.set_nomemory(k, k + 1)
+        try:
+            result = call()
+        except MemoryError:
+            result = None
+        finally:
+            testcapi.remove_mem_hooks()
+        if result is None and operation not in ("reset", "cancel"):
+            failures += 1
+            after = timer.stats()
+            for key in ("scheduled", "pending", "cancelled", "expired", "rejected"):
+                assert after[key] == before[key], (k, key)
+            assert sys.getrefcount(task) == refs
+            assert not held[0].is_cancelled()
+        del result
+        ran: list[object] = []
+        fresh = timer.new_timeout(ran.append, 0.001)
+        timer.advance(0.01)
+        assert ran == [fresh]
+        left = timer.stop()
+        assert set(map(id, held)) - {id(held[0])} <= set(map(id, left))
+        assert all(to.is_cancelled() for to in left)
+        del held, left, fresh, ran, timer
+    if operation in ("stats", "pending_snapshot"):  # the others may reuse freed memory
+        assert failures, "no allocation of the call was failed"
