@@ -578,8 +578,8 @@ void hwtimer_loop_sink_untrack(LoopTimeoutObject *to);
 int hwtimer_loop_call(LoopTimeoutObject *to);
 /* Reports the exception set as asyncio reports a failed handle, and counts
    it in task_errors.  Returns -1, leaving it set and uncounted, for
-   KeyboardInterrupt and SystemExit, and with the
-   one the loop's exception handler raised, if it raised either; else 0. */
+   KeyboardInterrupt and SystemExit, and with the one the loop's exception
+   handler raised, if it raised either; else 0. */
 int hwtimer_loop_report(LoopTimeoutObject *to);
 /* For the stop() that swept `to`, which has an on_stop: hands it to its
    loop (from any thread), whose thread then calls on_stop; a loop gone or

@@ -274,6 +274,13 @@ static int scope_schedule(ScopeObject *self, double when)
     return 0;
 }
 
+/* scope_schedule() of the deadline the scope holds (self->when, a number). */
+static int scope_schedule_when(ScopeObject *self)
+{
+    double when = hwtimer_as_seconds(self->when);
+    return when == -1.0 && PyErr_Occurred() ? -1 : scope_schedule(self, when);
+}
+
 /* Cancels the pending deadline, if any. */
 static int scope_unschedule(ScopeObject *self)
 {
@@ -495,11 +502,9 @@ refused:
         PyObject *type, *value, *tb;
         PyErr_Fetch(&type, &value, &tb);
         Py_XSETREF(self->when, old_when);
-        if (had_deadline && !self->handle && old_when && old_when != Py_None) {
-            double again = hwtimer_as_seconds(old_when);
-            if ((again == -1.0 && PyErr_Occurred()) || scope_schedule(self, again) < 0)
-                PyErr_Clear(); /* the error to report is the refusal */
-        }
+        if (had_deadline && !self->handle && old_when && old_when != Py_None &&
+            scope_schedule_when(self) < 0)
+            PyErr_Clear(); /* the error to report is the refusal */
         PyErr_Restore(type, value, tb);
     }
     return NULL;
@@ -562,8 +567,7 @@ static int scope_bind(ScopeObject *self)
         Py_XSETREF(self->handled, handled);
     }
     if (self->when && self->when != Py_None) {
-        double when = hwtimer_as_seconds(self->when);
-        if ((when == -1.0 && PyErr_Occurred()) || scope_schedule(self, when) < 0) {
+        if (scope_schedule_when(self) < 0) {
             /* The timer refused the deadline (stopped, or full): the
                block is not entered, __aexit__ will not be called, and the
                scope must not stay entered, holding the task, refusing a

@@ -259,10 +259,10 @@ static int start_needed(TimerObject *self)
            say whose it is */
         PyErr_Format(PyExc_RuntimeError,
                      self->shared ? "cannot start a stopped timer (%R): the shared timer of "
-                              "hwtimer.default_timer() was stopped, and does not start again "
-                              "in this process"
-                            : "cannot start a stopped timer (%R): a timer does not start again; "
-                              "make a new one",
+                                    "hwtimer.default_timer() was stopped, and does not start "
+                                    "again in this process"
+                                  : "cannot start a stopped timer (%R): a timer does not start "
+                                    "again; make a new one",
                      self->name);
         return -1;
     }
