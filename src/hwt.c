@@ -1649,6 +1649,63 @@ int hwt_timer_soonest(hwt_timer *t, size_t limit, hwt_visit_fn fn, void *ctx, si
     return h.err;
 }
 
+/* ---- what a manual timer holds ---- */
+
+typedef struct held_walk {
+    hwt_held_fn fn;
+    void *ctx;
+    int r;
+} held_walk;
+
+static int visit_chain(held_walk *w, hwt_timeout *to)
+{
+    for (; to && !w->r; to = hwt_timeout_of(to->link.next))
+        w->r = w->fn(w->ctx, to);
+    return w->r;
+}
+
+static bool visit_linked(void *ctx, hwt_timeout *to)
+{
+    held_walk *w = ctx;
+    if (to)
+        w->r = w->fn(w->ctx, to);
+    return w->r == 0;
+}
+
+/* What `s` holds for its consumer, under its lock. */
+static int visit_published(held_walk *w, hwt_sink *s)
+{
+    pthread_mutex_lock(&s->lock);
+    visit_chain(w, s->head);
+    pthread_mutex_unlock(&s->lock);
+    return w->r;
+}
+
+int hwt_timer_visit_held(hwt_timer *t, hwt_held_fn fn, void *ctx)
+{
+    if (!t->cfg.manual)
+        return 0;
+    held_walk w = {.fn = fn, .ctx = ctx};
+    pthread_mutex_lock(&t->lock);
+    hwt_timeout *stack = atomic_load(&t->new_head);
+    visit_chain(&w, stack == CLOSED ? NULL : stack);
+    visit_chain(&w, t->xfer_head);
+    if (!w.r)
+        hwt_wheel_visit_all(&t->wheel, visit_linked, &w);
+    /* batches are published before the lock is let go; were one not, its
+       timeouts are the timer's still */
+    for (hwt_sink *s = t->batch_sinks; s && !w.r; s = s->batch_next)
+        visit_chain(&w, s->batch_head);
+    visit_chain(&w, t->default_sink.batch_head);
+    visit_chain(&w, t->released.batch_head);
+    pthread_mutex_unlock(&t->lock);
+    if (!w.r)
+        visit_published(&w, &t->default_sink);
+    if (!w.r)
+        visit_published(&w, &t->released);
+    return w.r;
+}
+
 /* ---- stop ---- */
 
 /* Takes a timeout still held at stop, in state `held` (QUEUED or INIT):

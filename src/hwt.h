@@ -365,6 +365,23 @@ typedef void (*hwt_visit_fn)(void *ctx, hwt_timeout *to);
    errno value, ENOMEM (nothing was visited). */
 int hwt_timer_soonest(hwt_timer *t, size_t limit, hwt_visit_fn fn, void *ctx, size_t *found);
 
+/* Called by hwt_timer_visit_held for each timeout; a nonzero return stops
+   the walk, and is returned. */
+typedef int (*hwt_held_fn)(void *ctx, hwt_timeout *to);
+
+/* Manual mode: calls fn once for each timeout the timer holds, each that
+   the embedder scheduled and has not had back: queued, on the wheel
+   (cancelled ones not yet unlinked included), in a batch being built,
+   delivered to the default sink and not yet taken, or released and not yet
+   taken.  Not those published to another sink (its consumer holds them),
+   nor those taken out (a batch taken from a sink, a periodic one in its
+   run).  A timeout is on one list at a time, so none is visited twice.
+   The caller keeps every other thread from changing the timer meanwhile
+   (the embedder's lock), and fn changes nothing of it.  Returns 0, or the
+   first nonzero value fn returned.  A timer with a worker is not walked
+   (its worker changes the lists): 0. */
+int hwt_timer_visit_held(hwt_timer *t, hwt_held_fn fn, void *ctx);
+
 /* Stops the worker and waits for it (after hwt_timer_unstart, there is
    none: it sweeps what was kept).  Returns the timeouts that had
    neither expired nor been cancelled, each now CANCELLED and owned by the

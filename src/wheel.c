@@ -315,6 +315,19 @@ void hwt_wheel_visit(const hwt_wheel *w, hwt_wheel_visit_fn fn, void *ctx)
     visit_list(w, never_index(w), fn, ctx);
 }
 
+void hwt_wheel_visit_all(const hwt_wheel *w, hwt_wheel_visit_fn fn, void *ctx)
+{
+    /* every bucket of level 0, those behind the current tick included (as
+       drain takes them), then every other list, the passed-over one too */
+    for (int64_t b = first_occupied_from(w, 0); b >= 0;
+         b = b + 1 < size0(w) ? first_occupied_from(w, (uint32_t)b + 1) : -1)
+        if (!visit_list(w, (uint32_t)b, fn, ctx))
+            return;
+    for (uint32_t p = size0(w); p <= cancelled_index(w); p++)
+        if (!visit_list(w, p, fn, ctx))
+            return;
+}
+
 /* Unlinks the first timeout of list p and chains it after *tail. */
 static void drain_first(hwt_wheel *w, uint32_t p, hwt_timeout **tail)
 {

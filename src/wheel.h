@@ -121,6 +121,11 @@ typedef bool (*hwt_wheel_visit_fn)(void *ctx, hwt_timeout *to);
    scheduling order.  The never list comes last.  Changes nothing. */
 void hwt_wheel_visit(const hwt_wheel *w, hwt_wheel_visit_fn fn, void *ctx);
 
+/* Calls fn for every linked timeout, on whatever list (behind the current
+   tick, never due, passed over), each once, in no order to rely on; and
+   with NULL at the end of each list.  Changes nothing. */
+void hwt_wheel_visit_all(const hwt_wheel *w, hwt_wheel_visit_fn fn, void *ctx);
+
 /* Fills `out` with how the linked timeouts spread over the levels. */
 void hwt_wheel_occupancy(const hwt_wheel *w, hwt_occupancy *out);
 

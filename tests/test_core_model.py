@@ -120,13 +120,34 @@ BROKEN_WHEELS = {
         r"of the same tick|soonest gave item \d+ \(deadline (-?\d+), seq \d+\) "
         r"after item \d+ \(deadline \1,",
     ),
+    # the walk a manual timer's collector relies on misses a far level
+    "visit-misses-far": (
+        [
+            (
+                "for (uint32_t p = size0(w); p <= cancelled_index(w); p++)\n        if",
+                "for (uint32_t p = never_index(w); p <= cancelled_index(w); p++)\n        if",
+            )
+        ],
+        r"visit_held missed item \d+",
+    ),
+    # ... or gives level 0 twice
+    "visit-twice": (
+        [
+            (
+                "for (uint32_t p = size0(w); p <= cancelled_index(w); p++)\n        if",
+                "for (uint32_t p = 0; p <= cancelled_index(w); p++)\n        if",
+            )
+        ],
+        r"visit_held gave item \d+ twice",
+    ),
 }
 
 
 @pytest.mark.parametrize("bug", sorted(BROKEN_WHEELS))
 def test_model_test_reports_a_mismatch(tmp_path: Path, bug: str) -> None:
-    """The harness fails loudly: a wheel that delivers a tick early, or whose
-    cascade reverses the timeouts of one tick, is caught."""
+    """The harness fails loudly: a wheel that delivers a tick early, whose
+    cascade reverses the timeouts of one tick, or whose walk of all it holds
+    misses a level or repeats one, is caught."""
     patches, message = BROKEN_WHEELS[bug]
     source = (SRC / "wheel.c").read_text()
     for text, replacement in patches:

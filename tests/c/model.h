@@ -1250,6 +1250,35 @@ static void m_teardown(m_run *r)
     free(r->scratch);
 }
 
+/* ---- what the core holds (hwt_timer_visit_held) ---- */
+
+static int m_visit_held(void *ctx, hwt_timeout *to)
+{
+    m_run *r = ctx;
+    m_item *it = m_owner(r, to, "visit_held");
+    M_CHECK(r, it->seen_stamp != r->stamp, "visit_held gave item %u twice", it->id);
+    M_CHECK(r, it->where == M_LIVE || it->where == M_CANCELLED,
+            "visit_held gave item %u, which the timer no longer holds (model state %d)", it->id,
+            it->where);
+    it->seen_stamp = r->stamp;
+    return 0;
+}
+
+/* Every timeout the timer holds is visited once: those live or cancelled
+   (until an advance hands them back), queued ones and far ones included;
+   none that it handed back.  An embedder's collector counts on that. */
+static void m_check_held(m_run *r)
+{
+    r->stamp++;
+    M_CHECK(r, hwt_timer_visit_held(r->t, m_visit_held, r) == 0, "visit_held stopped");
+    for (size_t i = 0; i < r->nitems; i++) {
+        m_item *it = r->items[i];
+        M_CHECK(r, it->seen_stamp == r->stamp || (it->where != M_LIVE && it->where != M_CANCELLED),
+                "visit_held missed item %u (model state %d, transferred %d)", it->id, it->where,
+                it->transferred);
+    }
+}
+
 /* Runs one configuration for at most `max_ops` operations (fewer if the
    source's bytes run out), checking after each, then stops the timer. */
 static void m_run_sequence(m_source *src, const char *what, size_t max_items, size_t max_ops,
@@ -1275,6 +1304,7 @@ static void m_run_sequence(m_source *src, const char *what, size_t max_items, si
         else
             m_op_close_sink2(&r);
         m_check_counts(&r);
+        m_check_held(&r);
     }
     uint64_t cancelled_before_stop = r.cancelled;
     m_stop(&r);
