@@ -255,10 +255,12 @@ struct TimerObject {
 /* A Timeout: 80 bytes with CPython's GC header, the C node included (a
    pymalloc size class: one more byte would cost 16).  It holds one
    reference to its timer, reached as node.sink->owner.  While
-   pending it is not tracked by the cyclic GC: the wheel owns a reference to
-   it, so it cannot be garbage, and a million of them cost a collection
-   nothing.  It is tracked once the wheel gives it back to anyone else
-   (hwtimer_timeout_track_if_held). */
+   pending on a real timer it is not tracked by the cyclic GC: the wheel
+   owns a reference to it, so it cannot be garbage while the worker runs,
+   and a million of them cost a collection nothing.  It is tracked once the
+   wheel gives it back to anyone else (hwtimer_timeout_track_if_held).  A
+   manual timer's are tracked from their schedule: its traverse shows them
+   (timer_traverse), since nothing runs them once the timer is dropped. */
 struct TimeoutObject {
     PyObject_HEAD
     hwt_timeout node;
@@ -523,6 +525,17 @@ PyObject *hwtimer_timeout_new(TimerObject *timer, PyTypeObject *tp, hwt_sink *si
    reference either way. */
 int hwtimer_timeout_submit(TimerObject *timer, PyObject *obj, int64_t delay_ns, int64_t period_ns,
                            int missed);
+/* GC-tracks `obj`, if it is not yet. */
+void hwtimer_timeout_track_pending(PyObject *obj);
+/* Called once `obj` is submitted: a manual timer's pending timeouts are
+   tracked, for its traverse to show the collector what its wheel holds
+   (timer_traverse); a real timer's are not.  Apart from the submit, which
+   the pair's path inlines. */
+static inline void hwtimer_track_if_manual(TimerObject *timer, PyObject *obj)
+{
+    if (__builtin_expect(timer->manual, 0))
+        hwtimer_timeout_track_pending(obj);
+}
 /* Tracks `to` for the cyclic GC if anything besides the wheel holds it:
    only then can it be part of a cycle.  One that only the wheel holds, as
    a fire-and-forget timeout is when its task runs, is freed untracked when

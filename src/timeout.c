@@ -62,6 +62,12 @@ PyObject *hwtimer_timeout_new(TimerObject *timer, PyTypeObject *tp, hwt_sink *si
     return (PyObject *)to;
 }
 
+void hwtimer_timeout_track_pending(PyObject *obj)
+{
+    if (!PyObject_GC_IsTracked(obj))
+        PyObject_GC_Track(obj);
+}
+
 int hwtimer_timeout_submit(TimerObject *timer, PyObject *obj, int64_t delay_ns, int64_t period_ns,
                            int missed)
 {
@@ -127,16 +133,18 @@ void hwtimer_track_taken_back(hwtimer_state *st)
    hold it), but the schedule + cancel pattern mostly drops it at once: so
    a plain Timeout waits, untracked, until the next take-back or the next
    collection tracks it, and one dropped before that is never tracked nor
-   untracked.  Any other kind is tracked at once, as
-   hwtimer_release_chain() tracks those the worker hands back. */
+   untracked.  Any other kind, and any of a manual timer (tracked while
+   pending), is tracked at once, as hwtimer_release_chain() tracks those
+   the worker hands back. */
 static void release_taken_back(TimeoutObject *to)
 {
-    hwtimer_state *st = TIMER_OF(to)->module_state;
-    if (Py_TYPE(to) != st->timeout_type) {
+    TimerObject *timer = TIMER_OF(to);
+    hwtimer_state *st = timer->module_state;
+    if (Py_TYPE(to) != st->timeout_type || timer->manual) {
         Py_DECREF(hwtimer_timeout_from_node(&to->node));
         return;
     }
-    /* a one-shot is never tracked while the wheel holds it */
+    /* a one-shot is never tracked while a real timer's wheel holds it */
     assert(!PyObject_GC_IsTracked((PyObject *)to));
     hwtimer_track_taken_back(st);
     st->untracked_held = to;

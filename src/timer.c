@@ -951,6 +951,7 @@ static PyObject *timer_new_timeout(TimerObject *self, PyObject *const *args, Py_
         Py_DECREF(to);
         return NULL;
     }
+    hwtimer_track_if_manual(self, to);
     return to;
 }
 
@@ -1002,6 +1003,8 @@ static PyObject *timer_new_periodic(TimerObject *self, PyObject *const *args, Py
                                        hwt_timer_default_sink(self->core), task);
     if (to && hwtimer_timeout_submit(self, to, delay, period, missed) < 0)
         Py_CLEAR(to);
+    if (to)
+        hwtimer_track_if_manual(self, to);
     return to;
 }
 
@@ -1044,6 +1047,7 @@ PyObject *hwtimer_call_every(TimerObject *self, int64_t delay, int64_t period_ns
         Py_DECREF(to);
         return NULL;
     }
+    hwtimer_track_if_manual(self, (PyObject *)to);
     return (PyObject *)to;
 }
 
@@ -1268,6 +1272,17 @@ static PyObject *timer_get_thread_name(TimerObject *self, void *closure)
 
 /* ---- GC, finalisation, deallocation ---- */
 
+typedef struct {
+    visitproc visit;
+    void *arg;
+} held_visit;
+
+static int visit_held(void *ctx, hwt_timeout *node)
+{
+    held_visit *v = ctx;
+    return v->visit((PyObject *)TIMEOUT_OF(node), v->arg);
+}
+
 static int timer_traverse(TimerObject *self, visitproc visit, void *arg)
 {
     Py_VISIT(Py_TYPE(self));
@@ -1276,6 +1291,17 @@ static int timer_traverse(TimerObject *self, visitproc visit, void *arg)
        of the timer must find uncleared, to close the sinks they refer to */
     Py_VISIT(self->stopped_periodic);
     Py_VISIT(self->submitted);
+    /* A manual timer's wheel holds its pending timeouts for good once
+       nothing can advance it: with each of them holding the timer, the
+       cycle is shown, and a timer dropped with timeouts pending is
+       collected (its finalizer stops it).  A real timer's are not: its
+       worker changes the wheel meanwhile, and runs them. */
+    if (self->manual && self->core) {
+        held_visit v = {visit, arg};
+        int r = hwt_timer_visit_held(self->core, visit_held, &v);
+        if (r)
+            return r;
+    }
     return hwtimer_handed_out_traverse(self, visit, arg);
 }
 

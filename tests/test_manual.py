@@ -1222,6 +1222,106 @@ def test_a_cancelled_timeout_is_tracked_by_the_next_collection(manual: ManualTim
     assert gc.is_tracked(kept)
 
 
+class Task:
+    def __call__(self, *args: object) -> None:
+        pass
+
+
+def _pending_in_every_place(timer: ManualTimer, task: Callable[[Timeout], None]) -> list[Timeout]:
+    """Timeouts pending on `timer` in each place its wheel can hold one: on
+    level 0, on a far level, never due, cancelled but not yet unlinked,
+    reset, periodic, and queued since the last advance (not yet taken in).
+    Returns those it holds a reference for (the cancelled one included)."""
+    held = [
+        timer.new_timeout(task, 10),
+        timer.new_timeout(task, 1e9),
+        timer.new_timeout(task, float("inf")),
+        timer.new_timeout(task, 5),
+        timer.new_timeout(task, 5),
+        timer.new_periodic(task, 0.5),
+    ]
+    timer.advance(0.001)
+    assert held[3].cancel() is True
+    assert held[4].reset(7) is True
+    held.append(timer.new_timeout(task, 3))
+    return held
+
+
+def test_a_dropped_manual_timer_is_collected_with_its_pending_timeouts() -> None:
+    # Nothing can advance a manual timer nobody holds: its pending timeouts
+    # hold it and it holds them, a cycle the collector frees, with the
+    # warning of any timer dropped unstopped.
+    task = Task()
+    task_ref = weakref.ref(task)
+    timer = ManualTimer()
+    timer_ref = weakref.ref(timer)
+    _pending_in_every_place(timer, task)
+    del task, timer
+    with pytest.warns(ResourceWarning, match="unstopped timer"):
+        gc.collect()
+    assert timer_ref() is None
+    assert task_ref() is None
+
+
+def test_a_dropped_manual_timer_is_collected_with_its_loop_callbacks() -> None:
+    import asyncio
+
+    loop = asyncio.new_event_loop()
+    try:
+        callback = Task()
+        callback_ref = weakref.ref(callback)
+        timer = ManualTimer()
+        timer_ref = weakref.ref(timer)
+        timer.call_later(5, callback, loop=loop)
+        timer.call_every(1, callback, loop=loop)
+        del callback, timer
+        with pytest.warns(ResourceWarning, match="unstopped timer"):
+            gc.collect()
+        assert timer_ref() is None
+        assert callback_ref() is None
+    finally:
+        loop.close()
+
+
+def test_a_manual_timer_shows_the_collector_each_timeout_it_holds_once(
+    manual: ManualTimer,
+) -> None:
+    # An object shown twice would let the collector free one still in use;
+    # one not shown keeps a dropped timer alive.
+    held = _pending_in_every_place(manual, noop)
+    shown = [r for r in gc.get_referents(manual) if isinstance(r, Timeout)]
+    assert sorted(map(id, shown)) == sorted(map(id, held))
+    assert all(gc.is_tracked(t) for t in held)
+    manual.advance(4)  # runs the queued one, unlinks the cancelled one
+    shown = [r for r in gc.get_referents(manual) if isinstance(r, Timeout)]
+    assert sorted(map(id, shown)) == sorted(map(id, [held[i] for i in (0, 1, 2, 4, 5)]))
+    manual.stop()
+    assert not [r for r in gc.get_referents(manual) if isinstance(r, Timeout)]
+
+
+def test_collections_leave_what_a_held_manual_timer_runs_alone(manual: ManualTimer) -> None:
+    # Tasks only the wheel holds, and collections all along (from the
+    # tasks themselves too, as the advance runs them): each runs once.
+    ran: list[int] = []
+
+    def make(i: int) -> Callable[[Timeout], None]:
+        def task(timeout: Timeout) -> None:
+            ran.append(i)
+            if i % 50 == 0:
+                gc.collect()
+                manual.new_timeout(make(-i - 1), 0.5)
+
+        return task
+
+    for i in range(1000):
+        manual.new_timeout(make(i), (i % 97) / 10)
+        if i % 100 == 0:
+            gc.collect()
+    gc.collect()
+    manual.advance(20)
+    assert sorted(ran) == sorted(list(range(1000)) + [-i - 1 for i in range(0, 1000, 50)])
+
+
 def test_reset_and_cancel_before_the_timer_takes_the_timeout(manual: ManualTimer) -> None:
     # No advance since they were scheduled: the timer has not moved them
     # into its wheel yet, and a reset or cancel acts on them there.
