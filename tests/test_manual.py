@@ -1322,6 +1322,21 @@ def test_collections_leave_what_a_held_manual_timer_runs_alone(manual: ManualTim
     assert sorted(ran) == sorted(list(range(1000)) + [-i - 1 for i in range(0, 1000, 50)])
 
 
+def test_a_manual_timer_reached_only_through_the_timeouts_held_on_it_is_kept() -> None:
+    # Nothing but the Timeouts a caller keeps (each also held by the
+    # wheel) leads to the timer: a collection must count the wheel's
+    # reference to each once, or it takes the lot for garbage and stops
+    # the timer, and nothing pending runs.
+    ran: list[Timeout] = []
+    once = ManualTimer().new_timeout(ran.append, 1)
+    periodic = once.timer.new_periodic(ran.append, 0.5)
+    gc.collect()
+    assert once.timer.advance(1) == 3
+    assert ran == [periodic, once, periodic]
+    periodic.cancel()
+    assert once.timer.stop() == []
+
+
 def test_reset_and_cancel_before_the_timer_takes_the_timeout(manual: ManualTimer) -> None:
     # No advance since they were scheduled: the timer has not moved them
     # into its wheel yet, and a reset or cancel acts on them there.
