@@ -1675,6 +1675,8 @@ static bool visit_linked(void *ctx, hwt_timeout *to)
 /* What `s` holds for its consumer, under its lock. */
 static int visit_published(held_walk *w, hwt_sink *s)
 {
+    if (w->r)
+        return w->r; /* the walk was stopped */
     pthread_mutex_lock(&s->lock);
     visit_chain(w, s->head);
     pthread_mutex_unlock(&s->lock);
@@ -1699,10 +1701,8 @@ int hwt_timer_visit_held(hwt_timer *t, hwt_held_fn fn, void *ctx)
     visit_chain(&w, t->default_sink.batch_head);
     visit_chain(&w, t->released.batch_head);
     pthread_mutex_unlock(&t->lock);
-    if (!w.r)
-        visit_published(&w, &t->default_sink);
-    if (!w.r)
-        visit_published(&w, &t->released);
+    visit_published(&w, &t->default_sink);
+    visit_published(&w, &t->released);
     return w.r;
 }
 

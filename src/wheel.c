@@ -294,15 +294,23 @@ static bool visit_list(const hwt_wheel *w, uint32_t p, hwt_wheel_visit_fn fn, vo
     return fn(ctx, NULL);
 }
 
+/* Visits the occupied buckets of level 0 from bucket `from` to the end;
+   returns false if fn stopped the walk. */
+static bool visit_level0_from(const hwt_wheel *w, uint32_t from, hwt_wheel_visit_fn fn, void *ctx)
+{
+    for (int64_t b = first_occupied_from(w, from); b >= 0;
+         b = b + 1 < size0(w) ? first_occupied_from(w, (uint32_t)b + 1) : -1)
+        if (!visit_list(w, (uint32_t)b, fn, ctx))
+            return false;
+    return true;
+}
+
 void hwt_wheel_visit(const hwt_wheel *w, hwt_wheel_visit_fn fn, void *ctx)
 {
     /* level 0 from the current tick to the end of its turn, then each
        level's slots after the current one: the order they fall due in */
-    uint32_t from = (uint32_t)w->elapsed & w->mask;
-    for (int64_t b = first_occupied_from(w, from); b >= 0;
-         b = b + 1 < size0(w) ? first_occupied_from(w, (uint32_t)b + 1) : -1)
-        if (!visit_list(w, (uint32_t)b, fn, ctx))
-            return;
+    if (!visit_level0_from(w, (uint32_t)w->elapsed & w->mask, fn, ctx))
+        return;
     for (unsigned k = 1; k <= w->levels; k++) {
         uint64_t bits = w->upper[k];
         while (bits) {
@@ -319,10 +327,8 @@ void hwt_wheel_visit_all(const hwt_wheel *w, hwt_wheel_visit_fn fn, void *ctx)
 {
     /* every bucket of level 0, those behind the current tick included (as
        drain takes them), then every other list, the passed-over one too */
-    for (int64_t b = first_occupied_from(w, 0); b >= 0;
-         b = b + 1 < size0(w) ? first_occupied_from(w, (uint32_t)b + 1) : -1)
-        if (!visit_list(w, (uint32_t)b, fn, ctx))
-            return;
+    if (!visit_level0_from(w, 0, fn, ctx))
+        return;
     for (uint32_t p = size0(w); p <= cancelled_index(w); p++)
         if (!visit_list(w, p, fn, ctx))
             return;
