@@ -503,9 +503,9 @@ uint64_t hwtimer_run_batch(hwt_sink *default_sink, hwt_timeout *node, bool paren
            if it holds their last reference: those may run Python code (a
            __del__, a weakref callback), and the next task begins after.
            Freed alone, it runs none, and the read that ended this task
-           still starts the next one. */
-        if (Py_REFCNT(to) == 1 && ((to->task && Py_REFCNT(to->task) == 1) ||
-                                   Py_REFCNT((PyObject *)TIMER_OF(to)) == 1))
+           still starts the next one (after an untimed task, none does). */
+        if (batch.now != HWTIMER_UNREAD && Py_REFCNT(to) == 1 &&
+            ((to->task && Py_REFCNT(to->task) == 1) || Py_REFCNT((PyObject *)TIMER_OF(to)) == 1))
             batch.now = HWTIMER_UNREAD;
         Py_DECREF(to); /* the wheel's reference: may free the timer too */
         node = next;
