@@ -25,6 +25,8 @@ from benchsupport import (
     run_tiny,
 )
 
+# producers.py's ROUNDS_PER_REPEAT: its rounds are short, three to a repeat
+PRODUCER_ROUNDS = REPEATS * 3
 # callgrind takes most of a minute even on tiny sizes; the rest run here
 ONLY = [
     "pair",
@@ -62,7 +64,7 @@ def test_every_benchmark_gives_repeated_figures(tiny_run: tuple[dict, str, str])
     assert is_summary(res["growth"]["asyncio"]["gc_collect_ms"]["0"])
     assert is_summary(res["burst"]["hwtimer"]["first_late_ms"])
     assert is_summary(res["burst"]["vs_asyncio"]["hwtimer"])
-    assert is_summary(res["producers"]["vs_one_thread"]["4"])
+    assert is_summary(res["producers"]["vs_one_thread"]["4"], runs=PRODUCER_ROUNDS)
     for impl in ("hwtimer, tick 1 ms", "asyncio", "uvloop"):
         assert is_summary(res["lateness"][impl]["p99_ms"]), impl
     assert len(res["idle"]["rows"]) == 8
@@ -77,7 +79,8 @@ def test_every_benchmark_gives_repeated_figures(tiny_run: tuple[dict, str, str])
         load = r["load"][name]
         assert load["other_processes_cores"] >= 0 and len(load["load_average_start"]) == 3
     assert set(r["figures"]) == {"pair", "memory", "growth", "burst", "producers"}
-    assert all(is_summary(f["value"]) for f in r["figures"].values())
+    for name, f in r["figures"].items():
+        assert is_summary(f["value"], PRODUCER_ROUNDS if name == "producers" else REPEATS), name
     # the printed report gives medians with min-max
     assert re.search(r"\n +hwtimer\s+[\d,]+ \([\d,]+-[\d,]+\)", stdout)
 
@@ -94,6 +97,10 @@ def test_floors_are_measured_in_the_same_run(tiny_run: tuple[dict, str, str]) ->
     assert is_summary(burst["vs_floor"]["hwtimer run rate / limit"])
     assert is_summary(burst["vs_floor"]["hwtimer run rate / limit, by CPU time"])
     assert is_summary(burst["hwtimer"]["cpu_ns_per_callback"])
+    # the producers' threads against the floor's, round by round
+    producers = res["producers"]
+    for k in ("1", "2", "4"):
+        assert is_summary(producers["floor_vs_one_thread"][k], runs=PRODUCER_ROUNDS), k
 
 
 @pytest.mark.skipif(
@@ -205,6 +212,40 @@ def test_compare_runs_both_builds_side_by_side(tmp_path) -> None:
             side = r"[\d.,]+ \([\d.,]+-[\d.,]+\)"
             row = rf"^   {re.escape(r['figure'])} +{re.escape(r['unit'])} +{side} +{side} +[\d.]+x"
             assert re.search(row, proc.stdout, re.M), (name, r["figure"])
+
+
+def test_producers_target_is_against_the_floors_threads() -> None:
+    # producers.figure() on made-up ratios (4 threads' time / 1 thread's),
+    # in a fresh interpreter, as above
+    code = """if True:
+        import json, producers
+        def s(lo, med, hi):
+            return {"median": med, "min": lo, "max": hi, "runs": [lo, med, hi]}
+        cases = [
+            (s(0.95, 0.98, 1.02), None),
+            (s(1.0, 1.03, 1.1), None),
+            (s(0.99, 1.03, 1.08), s(0.99, 1.02, 1.07)),
+            (s(1.0, 1.01, 1.04), s(0.98, 1.03, 1.09)),
+            (s(1.08, 1.12, 1.2), s(0.99, 1.02, 1.07)),
+        ]
+        print(json.dumps([
+            producers.figure(
+                {"vs_one_thread": {"4": x}, **({"floor_vs_one_thread": {"4": f}} if f else {})}
+            )["met"]
+            for x, f in cases
+        ]))
+    """
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=BENCHMARKS, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == [
+        True,  # no floor: no slower than 1 thread
+        False,
+        True,  # within noise of the floor's
+        True,  # faster than the floor's
+        False,  # hwtimer's median beyond the floor's runs: slower
+    ]
 
 
 def test_compare_judges_by_the_way_a_figure_is_better() -> None:
