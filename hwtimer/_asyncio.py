@@ -18,6 +18,7 @@ import inspect
 import math
 import operator
 import sys
+import types
 import weakref
 from collections.abc import Awaitable
 from datetime import timedelta
@@ -294,6 +295,29 @@ async def _cancel_and_wait(fut: asyncio.Future[Any]) -> None:
         fut.remove_done_callback(release)
 
 
+# What wait_for() is mostly given, awaitable without inspect's checks (the
+# last of which, an ABC's isinstance(), is the slow one).
+_AWAITABLE_TYPES = frozenset({types.CoroutineType, asyncio.Future, asyncio.Task})
+
+
+def _check_awaitable(aw: object) -> None:
+    """Refuses, before wait_for() schedules its deadline, what it could not
+    await: a refusal later would count a schedule and a cancel in the
+    timer's stats() for nothing.  A function of its own, so that nothing it
+    looks up (a future's bound get_loop) stays in wait_for()'s frame for
+    as long as the wait."""
+    if type(aw) not in _AWAITABLE_TYPES and not inspect.isawaitable(aw):
+        raise TypeError(f"object {type(aw).__name__} can't be used in 'await' expression")
+    if asyncio.isfuture(aw):
+        get_loop = getattr(aw, "get_loop", None)
+        if get_loop is not None and get_loop() is not asyncio.get_running_loop():
+            # Awaited, it would fail only after its deadline was scheduled;
+            # and with no time left, cancelling it would wait for ever on
+            # the loop it belongs to.  asyncio.wait_for() of 3.11 refuses it
+            # so.
+            raise ValueError("The future belongs to a different loop than the running one")
+
+
 async def wait_for(
     aw: Awaitable[_T],
     timeout: Seconds | None,
@@ -304,18 +328,7 @@ async def wait_for(
     once `timeout` seconds have passed.  Like ``asyncio.wait_for()`` of
     Python 3.12 and later, with the deadline on `timer`.
     """
-    if not inspect.isawaitable(aw):
-        # refused before its deadline is scheduled, which would count a
-        # schedule and a cancel in the timer's stats() for nothing
-        raise TypeError(f"object {type(aw).__name__} can't be used in 'await' expression")
-    if asyncio.isfuture(aw):
-        get_loop = getattr(aw, "get_loop", None)
-        if get_loop is not None and get_loop() is not asyncio.get_running_loop():
-            # Awaited, it would fail only after its deadline was scheduled;
-            # and with no time left, cancelling it would wait for ever on
-            # the loop it belongs to.  asyncio.wait_for() of 3.11 refuses it
-            # so.
-            raise ValueError("The future belongs to a different loop than the running one")
+    _check_awaitable(aw)
     _check_timer(timer)
     if timeout is not None:
         timeout = _seconds(timeout, "timeout")
