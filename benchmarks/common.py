@@ -93,6 +93,12 @@ def spread(s: dict) -> float:
     return math.inf if s["max"] != s["min"] else 0.0
 
 
+def within_noise(a: dict, b: dict) -> bool:
+    """Whether two summaries differ by no more than their runs do: each
+    median lies within the other's min-max."""
+    return a["min"] <= b["median"] <= a["max"] and b["min"] <= a["median"] <= b["max"]
+
+
 def fmt(s: dict, spec: str = ",.0f") -> str:
     """'142 (138-150)': the median, then min-max."""
     return f"{s['median']:{spec}} ({s['min']:{spec}}-{s['max']:{spec}})"

@@ -67,3 +67,13 @@ def load():
     spec.loader.exec_module(module)
     sys.modules[NAME] = module
     return module
+
+
+def load_or_none(who: str):
+    """The floor extension, or None where it cannot be built: then a line
+    on stderr, naming the benchmark ``who``, says why."""
+    try:
+        return load()
+    except (RuntimeError, OSError) as e:
+        print(f"{who}: no floor: {e}", file=sys.stderr)
+        return None

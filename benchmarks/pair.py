@@ -9,7 +9,6 @@ hits them alike.
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
 
@@ -88,10 +87,8 @@ def floor_fns() -> dict:
 
     import floor
 
-    try:
-        ext = floor.load()
-    except (RuntimeError, OSError) as e:
-        print(f"pair: no floor: {e}", file=sys.stderr)
+    ext = floor.load_or_none("pair")
+    if ext is None:
         return {}
     return {
         "floor: essential work": pair_hwtimer(ext),

@@ -9,11 +9,10 @@ hwtimer's threads are measured against the floor's, round by round.
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
 
-from common import fmt, new_hwtimer, pair_hwtimer, per_round, run_child, summary
+from common import fmt, new_hwtimer, pair_hwtimer, per_round, run_child, summary, within_noise
 
 SIZES = {"full": {"total": 800_000}, "quick": {"total": 200_000}, "tiny": {"total": 8_000}}
 FIGURE = "4 threads take no longer than 1 thread, against the floor's"
@@ -40,18 +39,6 @@ def one_run(timer, k: int, total: int) -> float:
     return (time.perf_counter_ns() - t0) / 1e9
 
 
-def floor_timer():
-    """The floor extension, which does a pair's essential work in the same
-    two calls, or None where it cannot be built."""
-    import floor
-
-    try:
-        return floor.load()
-    except (RuntimeError, OSError) as e:
-        print(f"producers: no floor: {e}", file=sys.stderr)
-        return None
-
-
 # A round takes a few tenths of a second: each repeat is this many rounds,
 # so that the median of a ratio a few hundredths from 1 holds from run to run.
 ROUNDS_PER_REPEAT = 3
@@ -59,7 +46,9 @@ ROUNDS_PER_REPEAT = 3
 
 def child(cfg: dict) -> dict:
     impls = {"hwtimer": new_hwtimer()}
-    ext = floor_timer()
+    import floor
+
+    ext = floor.load_or_none("producers")  # a pair's essential work, same two calls
     if ext is not None:
         impls[FLOOR] = ext
     for timer in impls.values():
@@ -95,8 +84,7 @@ def no_slower(x: dict, floor: dict | None) -> bool:
     other's min-max).  Without the floor, no slower than 1 thread."""
     if floor is None:
         return x["median"] <= 1.0
-    within = floor["min"] <= x["median"] <= floor["max"] and x["min"] <= floor["median"] <= x["max"]
-    return x["median"] <= floor["median"] or within
+    return x["median"] <= floor["median"] or within_noise(x, floor)
 
 
 def figure(r: dict) -> dict:

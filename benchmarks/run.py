@@ -87,6 +87,7 @@ from common import (
     fmt,
     spread,
     summary,
+    within_noise,
 )
 
 RESULTS = os.path.join(HERE, "results")
@@ -442,7 +443,7 @@ def side_by_side(label: str, unit: str, better: str | None, before, after) -> di
         return row
     b, a = before["median"], after["median"]
     row["after_over_before"] = a / b if b else None
-    row["within_noise"] = before["min"] <= a <= before["max"] and after["min"] <= b <= after["max"]
+    row["within_noise"] = within_noise(before, after)
     if abs(a - b) <= SAME * max(abs(a), abs(b)):
         row["better_side"] = "same"
     elif better is not None:
