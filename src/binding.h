@@ -429,6 +429,11 @@ int hwtimer_parse_seconds(hwtimer_state *st, PyObject *obj, const char *what, do
    and sets *out to inf of its sign.  Returns 0, or -1 with the error as
    it was (or the one reading the int again raised). */
 int hwtimer_huge_seconds(PyObject *obj, double *out);
+/* repr(obj) for a log line or a loop's exception handler, which must not
+   lose the error they report to one of repr(): where repr() raises, obj is
+   shown as object.__repr__ would, with that error's type (cleared).  NULL
+   only if that fails too, with the error set. */
+PyObject *hwtimer_repr_for_log(PyObject *obj);
 /* Counts the current exception as a task's failure and logs it on the
    "hwtimer" logger, and clears it; a KeyboardInterrupt in a manual
    timer's advance() is only noted, for advance() to raise. */

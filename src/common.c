@@ -282,6 +282,20 @@ static void log_with(hwtimer_state *st, const char *method, PyObject *args, PyOb
     Py_XDECREF(args);
 }
 
+PyObject *hwtimer_repr_for_log(PyObject *obj)
+{
+    PyObject *r = PyObject_Repr(obj);
+    if (r)
+        return r;
+    PyObject *exc = take_exception();
+    char raised[101] = "an error"; /* hwtimer_type_name() may share one buffer */
+    if (exc)
+        snprintf(raised, sizeof raised, "%s", hwtimer_type_name(Py_TYPE(exc)));
+    Py_XDECREF(exc);
+    return PyUnicode_FromFormat("<%.100s object at %p (repr() raised %s)>",
+                                hwtimer_type_name(Py_TYPE(obj)), (void *)obj, raised);
+}
+
 void hwtimer_log_task_error(hwtimer_state *st, PyObject *timeout)
 {
     PyObject *exc = take_exception();
@@ -297,8 +311,14 @@ void hwtimer_log_task_error(hwtimer_state *st, PyObject *timeout)
     timer->task_errors++;
     if (timer->manual && exc)
         hwtimer_keep_manual_error(timer, exc);
-    PyObject *task = ((TimeoutObject *)timeout)->task;
-    log_with(st, "warning", Py_BuildValue("(sOO)", "task %r of %r raised", task, timeout), exc);
+    /* shown here, not by logging's %r: a repr that raises there would
+       lose the task's error and traceback to logging's own */
+    PyObject *task = hwtimer_repr_for_log(((TimeoutObject *)timeout)->task);
+    PyObject *shown = task ? hwtimer_repr_for_log(timeout) : NULL;
+    PyObject *args = shown ? Py_BuildValue("(sOO)", "task %s of %s raised", task, shown) : NULL;
+    log_with(st, "warning", args, exc);
+    Py_XDECREF(shown);
+    Py_XDECREF(task);
     Py_XDECREF(exc);
 }
 

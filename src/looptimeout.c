@@ -83,8 +83,9 @@ static int report_error(LoopSinkObject *self, PyObject *timeout)
     if (timer->manual && exc)
         hwtimer_keep_manual_error(timer, exc);
     PyObject *loop = hwtimer_sink_loop(self);
-    PyObject *msg =
-        PyUnicode_FromFormat("Exception in callback %R", ((TimeoutObject *)timeout)->task);
+    PyObject *task = hwtimer_repr_for_log(((TimeoutObject *)timeout)->task);
+    PyObject *msg = task ? PyUnicode_FromFormat("Exception in callback %U", task) : NULL;
+    Py_XDECREF(task);
     PyObject *ctx = msg ? Py_BuildValue("{s:O,s:O,s:O}", "message", msg, "exception",
                                         exc ? exc : Py_None, "handle", timeout)
                         : NULL;

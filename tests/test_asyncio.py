@@ -379,6 +379,33 @@ def test_call_later_exception_goes_to_loop_handler(run: Any) -> None:
     run(main)
 
 
+class UnshowableCallback:
+    def __call__(self) -> None:
+        raise ZeroDivisionError("unshowable callback failed")
+
+    def __repr__(self) -> str:
+        raise RuntimeError("no repr")
+
+
+def test_call_later_exception_of_a_callback_whose_repr_raises_goes_to_loop_handler(
+    run: Any,
+) -> None:
+    # The handler gets the callback's own error, and a message naming the
+    # callback as object.__repr__ would: not the repr's error instead.
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        reported = loop.create_future()
+        loop.set_exception_handler(lambda loop, context: reported.set_result(context))
+        callback = UnshowableCallback()
+        hwtimer.default_timer().call_later(0.01, callback)
+        context = await asyncio.wait_for(reported, SOON)
+        assert isinstance(context["exception"], ZeroDivisionError)
+        assert f"UnshowableCallback object at {id(callback):#x}" in context["message"]
+        assert "repr() raised RuntimeError" in context["message"]
+
+    run(main)
+
+
 @pytest.mark.parametrize("exc_type", [KeyboardInterrupt, SystemExit])
 @pytest.mark.parametrize("source", ["asyncio", "hwtimer"])
 def test_exception_handler_raising_keyboard_interrupt_stops_the_loop(

@@ -1584,6 +1584,29 @@ def test_task_error_of_a_task_that_shows_its_timeout_is_logged(timer, caplog) ->
     assert record.exc_info is not None and record.exc_info[0] is ValueError
 
 
+class UnshowableTask:
+    def __call__(self, timeout: Timeout) -> None:
+        raise ValueError("unshowable task failed")
+
+    def __repr__(self) -> str:
+        raise RuntimeError("no repr")
+
+
+def test_task_error_of_a_task_whose_repr_raises_keeps_its_traceback(timer, caplog) -> None:
+    # The log line names the task as object.__repr__ would, and the task's
+    # own error and traceback are logged, not logging's formatting error.
+    caplog.set_level(logging.WARNING, logger="hwtimer")
+    task = UnshowableTask()
+    timer.new_timeout(task, 0)
+    assert wait_for(lambda: [r for r in caplog.records if r.name == "hwtimer"])
+    (record,) = [r for r in caplog.records if r.name == "hwtimer"]
+    message = record.getMessage()
+    assert f"UnshowableTask object at {id(task):#x}" in message
+    assert "repr() raised RuntimeError" in message
+    assert record.exc_info is not None and record.exc_info[0] is ValueError
+    assert "unshowable task failed" in caplog.text and "Traceback" in caplog.text
+
+
 # ---- garbage collection and ResourceWarning ----
 
 
