@@ -208,11 +208,13 @@ def run_child(module: str, function: str, *args, timeout: float = 600) -> dict:
 def build_revision(rev: str, into: str) -> str:
     """Exports git revision `rev` of this checkout into `into` and builds its
     extension in place; returns the directory to put on PYTHONPATH.  Raises
-    RuntimeError with git's or the build's message when either fails."""
+    RuntimeError with git's, tar's or the build's message when one fails."""
     archive = subprocess.run(["git", "-C", ROOT, "archive", rev], capture_output=True)
     if archive.returncode != 0:
         raise RuntimeError(f"git archive {rev} failed: {archive.stderr.decode().strip()}")
-    subprocess.run(["tar", "-x", "-C", into], input=archive.stdout, check=True)
+    tar = subprocess.run(["tar", "-x", "-C", into], input=archive.stdout, capture_output=True)
+    if tar.returncode != 0:
+        raise RuntimeError(f"extracting {rev} into {into} failed: {tar.stderr.decode().strip()}")
     build = subprocess.run(
         [sys.executable, "setup.py", "-q", "build_ext", "--inplace"],
         cwd=into,

@@ -292,6 +292,14 @@ def report_lines(module, result: dict) -> list[str]:
     return result.get("output", json.dumps(result, indent=1)).splitlines()
 
 
+def failed(r: dict, name: str, e: Exception, what: str = "") -> None:
+    """Notes in `r`, and on stderr with its traceback, that benchmark `name`
+    failed with `e` (in `what`, if given)."""
+    traceback.print_exc()
+    r["failed"][name] = what + "".join(traceback.format_exception_only(type(e), e)).strip()
+    print(f"  {name}: FAILED", file=sys.stderr, flush=True)
+
+
 def print_report(r: dict, modules: dict) -> None:
     m = r["machine"]
     print(f"\nhwtimer {m['versions']['hwtimer']} on {m['cpu']}, {m['cores']} cores, {m['python']}")
@@ -300,11 +308,13 @@ def print_report(r: dict, modules: dict) -> None:
         f"runs of each figure ({r['config']['size']} sizes)"
     )
     for i, (name, module) in enumerate(modules.items(), 1):
-        if name in r["failed"]:
-            print(f"\n{i}. {name}\n   FAILED: {r['failed'][name].splitlines()[0]}")
-        if name not in r["results"]:
+        if name not in r["failed"] and name not in r["results"]:
             continue
         print(f"\n{i}. {name}")
+        if name in r["failed"]:
+            print(f"   FAILED: {r['failed'][name].splitlines()[0]}")
+        if name not in r["results"]:
+            continue
         for line in report_lines(module, r["results"][name]):
             print(f"   {line}")
         for note in r["load"][name]["notes"]:
@@ -717,17 +727,19 @@ def main(argv: list[str] | None = None) -> None:
         meter = LoadMeter()
         try:
             result = run_one(module, size, args.repeats)
-            fig = module.figure(result) if hasattr(module, "figure") else None
         except Exception as e:
             # a crashed or failed child, a timeout, a bug in the module:
             # the others' figures are worth keeping, and the rest to take
-            traceback.print_exc()
-            r["failed"][name] = "".join(traceback.format_exception_only(type(e), e)).strip()
-            print(f"  {name}: FAILED", file=sys.stderr, flush=True)
+            failed(r, name, e)
         else:
             r["results"][name] = result
-            if fig:
-                r["figures"][name] = dict(fig, target=module.FIGURE)
+            try:
+                fig = module.figure(result) if hasattr(module, "figure") else None
+            except Exception as e:
+                failed(r, name, e, "figure(): ")  # what was measured is kept
+            else:
+                if fig:
+                    r["figures"][name] = dict(fig, target=module.FIGURE)
             load = meter.result()
             load["notes"] = busy_notes(load, result)
             r["load"][name] = load

@@ -160,6 +160,27 @@ def cannot_build_a_revision() -> str | None:
     return None
 
 
+def test_compare_says_why_a_revision_cannot_be_extracted(tmp_path) -> None:
+    # tar's own message, as git's and the build's are: not a traceback
+    why = cannot_build_a_revision()
+    if why:
+        pytest.skip(why)
+    missing = str(tmp_path / "missing")
+    code = f"""if True:
+        import common
+        try:
+            common.build_revision("HEAD", {missing!r})
+        except RuntimeError as e:
+            print(e)
+        """
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=BENCHMARKS, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith(f"extracting HEAD into {missing} failed: "), proc.stdout
+    assert "missing" in proc.stdout.split("failed: ", 1)[1], proc.stdout
+
+
 def file_state(path: str) -> tuple[int, bytes] | None:
     if not os.path.exists(path):
         return None
@@ -659,6 +680,27 @@ def test_a_failed_benchmark_keeps_what_the_others_measured(tmp_path) -> None:
     assert set(r["load"]) == {"first_bench", "last_bench"}
     assert list(r["failed"]) == ["crashing_bench"]
     assert "SIGSEGV" in r["failed"]["crashing_bench"], r["failed"]
+
+
+def test_run_keeps_what_was_measured_when_its_figure_fails(tmp_path) -> None:
+    # a figure() that raises fails its benchmark, but its measured result
+    # is still in results.json and the report, for the run not to be lost
+    (tmp_path / "bad_figure_bench.py").write_text(
+        "FIGURE = 'a target'\n\n\n"
+        "def run(cfg):\n    return {'measured': 3.5}\n\n\n"
+        "def figure(result):\n    raise KeyError('no such figure')\n"
+    )
+    out = tmp_path / "out"
+    args = ["--module", "bad_figure_bench", "--out", str(out), "--only", "bad_figure_bench"]
+    proc = bench(os.path.join(BENCHMARKS, "run.py"), *args, PYTHONPATH=str(tmp_path))
+    assert proc.returncode == 1, (proc.stdout, proc.stderr)
+    assert "bad_figure_bench" in proc.stderr.splitlines()[-1], proc.stderr
+    assert "FAILED: figure(): KeyError" in proc.stdout, proc.stdout
+    with open(out / "results.json") as f:
+        r = json.load(f)
+    assert r["results"] == {"bad_figure_bench": {"measured": 3.5}}
+    assert r["figures"] == {}
+    assert r["failed"]["bad_figure_bench"].startswith("figure(): KeyError"), r["failed"]
 
 
 def test_steal_time_counts_toward_a_busy_machine() -> None:
