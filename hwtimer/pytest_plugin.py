@@ -15,8 +15,9 @@ Fixtures:
 
 The switch is on by itself in every test that looptime runs on its fake
 clock (marked ``looptime``, or all with ``--looptime``, and one marked
-``looptime(True)`` even under ``--no-looptime``: looptime's own decision,
-asked of looptime); the ini option
+``looptime(True)`` even under ``--no-looptime``, and none with looptime's
+plugin turned off: looptime's own decision, asked of looptime); the ini
+option
 ``hwtimer_follow_loop_time = true`` turns it on for every test.
 """
 
@@ -67,7 +68,11 @@ def _looptime_rules(item: pytest.Item) -> bool:
 
 def _under_looptime(item: pytest.Item) -> bool:
     """Whether looptime runs `item` on its fake loop clock: what looptime
-    itself decides, asked of looptime where it can be."""
+    itself decides, asked of looptime where it can be.  Never where its
+    plugin is turned off (``-p no:looptime_plugin``): its markers then move
+    no clock."""
+    if item.config.pluginmanager.is_blocked("looptime_plugin"):
+        return False
     decide = _looptime_decision(item)
     if decide is not None:
         return decide(item) is not None

@@ -124,13 +124,43 @@ def test_no_looptime_and_a_looptime_true_marker(pytester: pytest.Pytester) -> No
     result.assert_outcomes(passed=2)
 
 
+BLOCKED_CASES = """
+import asyncio
+
+import pytest
+
+from hwtimer._hwtimer import _follow_loop_time
+
+
+@pytest.mark.asyncio
+@pytest.mark.looptime
+async def test_marked_but_looptime_is_off() -> None:
+    assert _follow_loop_time(None) is False
+"""
+
+
+def test_looptime_plugin_turned_off_leaves_its_markers_on_real_time(
+    pytester: pytest.Pytester,
+) -> None:
+    # with looptime's plugin turned off (-p no:looptime_plugin) its markers
+    # move no clock: hwtimer stays on the wheel's real time too
+    pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
+    pytester.makepyfile(test_user=BLOCKED_CASES)
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-q", "-p", "no:looptime_plugin"
+    )
+    result.assert_outcomes(passed=1)
+
+
 class _Item:
     """What looptime's and hwtimer's decisions read of a test item."""
 
     def __init__(self, flag: bool | None, markers: list[Any]) -> None:
         self.config = SimpleNamespace(
             getoption=lambda name, default=None: flag,
-            pluginmanager=SimpleNamespace(getplugin=lambda name: None),
+            pluginmanager=SimpleNamespace(
+                getplugin=lambda name: None, is_blocked=lambda name: False
+            ),
         )
         self.markers = markers
 
