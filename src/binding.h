@@ -429,6 +429,9 @@ int hwtimer_parse_seconds(hwtimer_state *st, PyObject *obj, const char *what, do
    and sets *out to inf of its sign.  Returns 0, or -1 with the error as
    it was (or the one reading the int again raised). */
 int hwtimer_huge_seconds(PyObject *obj, double *out);
+/* Takes the pending exception, if any, out of the thread state, with its
+   traceback attached: no Python code may be called with one pending. */
+PyObject *hwtimer_take_exception(void);
 /* repr(obj) for a log line or a loop's exception handler, which must not
    lose the error they report to one of repr(): where repr() raises, obj is
    shown as object.__repr__ would, with that error's type (cleared).  NULL

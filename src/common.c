@@ -252,9 +252,7 @@ void hwtimer_keep_manual_error(TimerObject *timer, PyObject *exc)
     Py_XDECREF(keep);
 }
 
-/* Takes the pending exception, if any, out of the thread state, with its
-   traceback attached: no Python code may be called with one pending. */
-static PyObject *take_exception(void)
+PyObject *hwtimer_take_exception(void)
 {
     PyObject *type, *exc, *tb;
     PyErr_Fetch(&type, &exc, &tb);
@@ -287,7 +285,7 @@ PyObject *hwtimer_repr_for_log(PyObject *obj)
     PyObject *r = PyObject_Repr(obj);
     if (r)
         return r;
-    PyObject *exc = take_exception();
+    PyObject *exc = hwtimer_take_exception();
     char raised[101] = "an error"; /* hwtimer_type_name() may share one buffer */
     if (exc)
         snprintf(raised, sizeof raised, "%s", hwtimer_type_name(Py_TYPE(exc)));
@@ -298,7 +296,7 @@ PyObject *hwtimer_repr_for_log(PyObject *obj)
 
 void hwtimer_log_task_error(hwtimer_state *st, PyObject *timeout)
 {
-    PyObject *exc = take_exception();
+    PyObject *exc = hwtimer_take_exception();
     TimerObject *timer = TIMER_OF((TimeoutObject *)timeout);
     if (timer->manual && timer->in_advance && exc &&
         PyErr_GivenExceptionMatches(exc, PyExc_KeyboardInterrupt)) {
@@ -325,7 +323,7 @@ void hwtimer_log_task_error(hwtimer_state *st, PyObject *timeout)
 void hwtimer_log_error(hwtimer_state *st, const char *msg)
 {
     /* The exception set, if any, says why: logged with the message. */
-    PyObject *exc = take_exception();
+    PyObject *exc = hwtimer_take_exception();
     log_with(st, "error", Py_BuildValue("(s)", msg), exc);
     Py_XDECREF(exc);
 }

@@ -74,11 +74,7 @@ void hwtimer_loop_sink_untrack(LoopTimeoutObject *to)
    call_exception_handler(), and so out of the loop. */
 static int report_error(LoopSinkObject *self, PyObject *timeout)
 {
-    PyObject *type, *exc, *tb;
-    PyErr_Fetch(&type, &exc, &tb);
-    PyErr_NormalizeException(&type, &exc, &tb);
-    if (exc && tb)
-        PyException_SetTraceback(exc, tb);
+    PyObject *exc = hwtimer_take_exception();
     TimerObject *timer = TIMER_OF((TimeoutObject *)timeout);
     if (timer->manual && exc)
         hwtimer_keep_manual_error(timer, exc);
@@ -94,10 +90,13 @@ static int report_error(LoopSinkObject *self, PyObject *timeout)
        raises has it for __context__ */
     PyObject *saved_type, *saved, *saved_tb;
     PyErr_GetExcInfo(&saved_type, &saved, &saved_tb);
-    Py_XINCREF(type);
-    Py_XINCREF(exc);
-    Py_XINCREF(tb);
-    PyErr_SetExcInfo(type, exc, tb);
+    if (exc) {
+        Py_INCREF(Py_TYPE(exc));
+        Py_INCREF(exc);
+        PyErr_SetExcInfo((PyObject *)Py_TYPE(exc), exc, PyException_GetTraceback(exc));
+    } else {
+        PyErr_SetExcInfo(NULL, NULL, NULL);
+    }
     PyObject *r =
         ctx && loop ? PyObject_CallMethod(loop, "call_exception_handler", "O", ctx) : NULL;
     PyErr_SetExcInfo(saved_type, saved, saved_tb);
@@ -109,9 +108,7 @@ static int report_error(LoopSinkObject *self, PyObject *timeout)
     Py_XDECREF(loop);
     Py_XDECREF(ctx);
     Py_XDECREF(msg);
-    Py_XDECREF(type);
     Py_XDECREF(exc);
-    Py_XDECREF(tb);
     return let_out ? -1 : 0;
 }
 
