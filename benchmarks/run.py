@@ -308,8 +308,6 @@ def print_report(r: dict, modules: dict) -> None:
         f"runs of each figure ({r['config']['size']} sizes)"
     )
     for i, (name, module) in enumerate(modules.items(), 1):
-        if name not in r["failed"] and name not in r["results"]:
-            continue
         print(f"\n{i}. {name}")
         if name in r["failed"]:
             print(f"   FAILED: {r['failed'][name].splitlines()[0]}")
