@@ -125,8 +125,6 @@ def test_no_looptime_and_a_looptime_true_marker(pytester: pytest.Pytester) -> No
 
 
 BLOCKED_CASES = """
-import asyncio
-
 import pytest
 
 from hwtimer._hwtimer import _follow_loop_time
