@@ -442,6 +442,24 @@ static PyObject *scope_expired(ScopeObject *self, PyObject *unused)
     return PyBool_FromLong(self->phase == EXPIRING || self->phase == EXPIRED);
 }
 
+/* Schedules the deadline the scope holds on the loop's clock, with the
+   error set by a timer that refused it (another thread may take the place
+   a reschedule's cancel freed, while loop.time() runs): the scope keeps
+   the deadline that when() names.  Should the loop refuse it too, the
+   scope has no deadline, and says so.  Clears the error either way. */
+static void restore_on_loop(ScopeObject *self)
+{
+    PyErr_Clear();
+    bool was_on_loop = self->on_loop;
+    self->on_loop = true;
+    if (scope_schedule_when(self) < 0) {
+        PyErr_Clear();
+        Py_INCREF(Py_None);
+        Py_SETREF(self->when, Py_None);
+    }
+    self->on_loop = was_on_loop;
+}
+
 static PyObject *scope_reschedule(ScopeObject *self, PyObject *const *args, Py_ssize_t nargs,
                                   PyObject *kwnames)
 {
@@ -504,8 +522,8 @@ refused:
         Py_XSETREF(self->when, old_when);
         if (had_deadline && !self->handle && old_when && old_when != Py_None &&
             scope_schedule_when(self) < 0)
-            PyErr_Clear(); /* the error to report is the refusal */
-        PyErr_Restore(type, value, tb);
+            restore_on_loop(self);
+        PyErr_Restore(type, value, tb); /* the error to report is the refusal */
     }
     return NULL;
 }

@@ -1218,3 +1218,55 @@ def test_a_reschedule_the_timer_refuses_keeps_the_deadline(delay) -> None:
 
     asyncio.run(main())
     timer.stop()
+
+
+@pytest.mark.parametrize("loop_refuses", [False, True], ids=["on-the-loop", "loop-refuses"])
+def test_a_reschedule_whose_old_place_is_taken_keeps_the_deadline_on_the_loop(
+    loop_refuses: bool,
+) -> None:
+    """reschedule() cancels the old deadline before it asks for the new
+    one, and reads loop.time() in between: Python code, where another
+    thread can take the place the cancel freed on a full timer.  The new
+    deadline is then refused, and so is the old one when it goes back: the
+    scope keeps it on the loop's clock rather than naming a deadline that
+    nothing will keep.  Should the loop refuse it too, when() says the
+    scope has none."""
+    timer = HashedWheelTimer(0.001, 64, max_pending_timeouts=1)
+
+    class Loop(asyncio.SelectorEventLoop):
+        fill = False
+        refuse = False
+
+        def time(self) -> float:
+            if self.fill:  # another thread's schedule, at the worst moment
+                self.fill = False
+                timer.new_timeout(noop, 60)
+            return super().time()
+
+        def call_at(self, *args: Any, **kwargs: Any) -> asyncio.TimerHandle:
+            if self.refuse:
+                raise RuntimeError("refused")
+            return super().call_at(*args, **kwargs)
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        assert isinstance(loop, Loop)
+        expiry = contextlib.nullcontext() if loop_refuses else pytest.raises(TimeoutError)
+        with expiry:
+            async with hwtimer.timeout(0.2, timer=timer) as scope:
+                when, later = scope.when(), loop.time() + 5
+                loop.fill = True
+                loop.refuse = loop_refuses
+                with pytest.raises(hwtimer.RejectedExecutionError):
+                    scope.reschedule(later)
+                loop.refuse = False
+                assert scope.when() == (None if loop_refuses else when)
+                await asyncio.sleep(0.5 if loop_refuses else 5)
+        assert scope.expired() is not loop_refuses
+
+    loop = Loop()
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
+        timer.stop()
