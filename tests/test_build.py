@@ -74,6 +74,10 @@ def run_build(tmp_path: Path, prelude: str = "", env: dict[str, str] | None = No
     )
     full_env = {**os.environ, **(env or {})}
     full_env.pop("PYTHONWARNINGS", None)
+    # a build loads no extension: a sanitizer's runtime that
+    # scripts/sanitize.sh preloads only reaches the compiler (and a shell
+    # wrapping it, which TSan's crashes)
+    full_env.pop("LD_PRELOAD", None)
     return subprocess.run(
         [sys.executable, "-c", code],
         cwd=ROOT,
