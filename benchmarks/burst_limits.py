@@ -1,9 +1,9 @@
 """Burst limits: what the C call-and-free loop that ``burst.py`` measures
 hwtimer's burst against is spared, each measured as a variant of it.
 
-``python benchmarks/run.py --module burst_limits`` runs it (it is not in
-the default set).  Each round runs, each in a fresh process, one after the
-other:
+``python benchmarks/run.py --module burst_limits`` runs it after the
+default set, which it is not in; ``--only burst_limits`` added runs it
+alone.  Each round runs, each in a fresh process, one after the other:
 
 - ``floor: main thread``: ``burst.py``'s limit, the floor extension's loop
   on the main thread;
@@ -13,11 +13,16 @@ other:
   writing each argument's last bytes before its call, as a dispatch reads
   and writes the whole of a ``Timeout`` (the loop alone touches its first
   16 bytes);
+- ``floor: GC argument``: the loop on the main thread, each argument an
+  object with the cyclic GC's header (80 bytes with it, as a ``Timeout``),
+  untracked, as a ``Timeout`` that only the wheel holds is, and freed as
+  a GC object is: what any handle that may sit in a reference cycle costs
+  to release;
 - ``hwtimer``: ``burst.py``'s hwtimer burst.
 
 Each rate is from the first callback to the last (``burst.py``'s run
 rate); the ratios to the main-thread loop, and hwtimer's to the loop on a
-thread, are taken round by round.
+thread and to the loop with GC arguments, are taken round by round.
 """
 
 from __future__ import annotations
@@ -30,16 +35,17 @@ from common import fmt, per_round, run_child, summarize
 
 SIZES = burst.SIZES
 MAIN, THREAD, WHOLE = "floor: main thread", "floor: own thread", "floor: whole argument"
-IMPLS = (MAIN, THREAD, WHOLE, "hwtimer")
+GC = "floor: GC argument"
+IMPLS = (MAIN, THREAD, WHOLE, GC, "hwtimer")
 RATE = "callbacks_per_s_first_to_last"
 
 
-def child_floor(n: int, on_thread: bool, touch: bool) -> dict:
+def child_floor(n: int, on_thread: bool, touch: bool, gc_args: bool) -> dict:
     import floor
 
     ext = floor.load()
     task, times = burst.counter(n, lambda: None)
-    args = ext.make_args(n)
+    args = ext.make_gc_args(n) if gc_args else ext.make_args(n)
     t0 = time.monotonic()
     if on_thread:
         thread = threading.Thread(target=ext.burst, args=(task, args, touch))
@@ -53,7 +59,7 @@ def child_floor(n: int, on_thread: bool, touch: bool) -> dict:
 def child(cfg: dict, impl: str) -> dict:
     if impl == "hwtimer":
         return burst.child(cfg, "hwtimer")
-    return child_floor(cfg["n"], impl == THREAD, impl == WHOLE)
+    return child_floor(cfg["n"], impl == THREAD, impl == WHOLE, impl == GC)
 
 
 def run(cfg: dict) -> dict:
@@ -73,8 +79,10 @@ def run(cfg: dict) -> dict:
     out["ratios"] = {
         f"{THREAD} / {MAIN}": ratio(THREAD, MAIN),
         f"{WHOLE} / {MAIN}": ratio(WHOLE, MAIN),
+        f"{GC} / {MAIN}": ratio(GC, MAIN),
         f"hwtimer / {MAIN}": ratio("hwtimer", MAIN),
         f"hwtimer / {THREAD}": ratio("hwtimer", THREAD),
+        f"hwtimer / {GC}": ratio("hwtimer", GC),
     }
     out["n"] = cfg["n"]
     return out

@@ -21,12 +21,16 @@
  * dispatch reads and writes the whole of a Timeout (the loop alone touches
  * the first 16 bytes).  make_args(n) makes the list: n objects of a plain
  * type the size of a hwtimer Timeout, the only objects a touch may write
- * into (any other list is refused with a TypeError).
+ * into (any other list is refused with a TypeError).  make_gc_args(n) makes
+ * n objects of a type with the cyclic GC's header, 80 bytes with it as a
+ * Timeout is, untracked as a Timeout that only the wheel holds is, and
+ * freed as a GC object is (untracked, then PyObject_GC_Del).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <string.h>
 #include <time.h>
 
@@ -49,6 +53,11 @@ typedef struct {
     char payload[64]; /* a Timeout's 80 bytes in all */
 } Arg;
 
+typedef struct {
+    PyObject_HEAD
+    char payload[48]; /* with the GC header, a Timeout's 80 bytes */
+} GcArg;
+
 /* One floor per process: the benchmark needs no more. */
 static _Atomic(floor_node *) stack;
 static atomic_long pending;
@@ -58,7 +67,7 @@ static size_t cancel_count;
 static Handle *ring[RING];  /* owned */
 static Handle *idle_handle; /* owned: what nothing() returns */
 static size_t ring_next;
-static PyTypeObject *handle_type, *idle_type, *arg_type;
+static PyTypeObject *handle_type, *idle_type, *arg_type, *gc_arg_type;
 
 /* What a worker does off the producer's thread: takes the new timeouts and
  * the cancels, so that the ring's handles can be pushed again. */
@@ -135,10 +144,10 @@ static void handle_dealloc(PyObject *self)
     Py_DECREF(tp);
 }
 
-/* Returns a new list of n fresh Arg objects, or NULL with an exception. */
-static PyObject *make_args(PyObject *module, PyObject *arg)
+/* Returns a new list of `arg` fresh objects, Arg or (gc) GcArg, or NULL
+   with an exception. */
+static PyObject *new_args(PyObject *arg, bool gc)
 {
-    (void)module;
     Py_ssize_t n = PyLong_AsSsize_t(arg);
     if (n < 0)
         return PyErr_Occurred() ? NULL : PyErr_Format(PyExc_ValueError, "n must be >= 0");
@@ -146,15 +155,31 @@ static PyObject *make_args(PyObject *module, PyObject *arg)
     if (list == NULL)
         return NULL;
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *a = (PyObject *)PyObject_New(Arg, arg_type);
+        PyObject *a = gc ? (PyObject *)PyObject_GC_New(GcArg, gc_arg_type)
+                         : (PyObject *)PyObject_New(Arg, arg_type);
         if (a == NULL) {
             Py_DECREF(list);
             return NULL;
         }
-        memset(((Arg *)a)->payload, 0, sizeof(((Arg *)a)->payload));
+        if (gc)
+            memset(((GcArg *)a)->payload, 0, sizeof(((GcArg *)a)->payload));
+        else
+            memset(((Arg *)a)->payload, 0, sizeof(((Arg *)a)->payload));
         PyList_SET_ITEM(list, i, a);
     }
     return list;
+}
+
+static PyObject *make_args(PyObject *module, PyObject *arg)
+{
+    (void)module;
+    return new_args(arg, false);
+}
+
+static PyObject *make_gc_args(PyObject *module, PyObject *arg)
+{
+    (void)module;
+    return new_args(arg, true);
 }
 
 /* burst(fn, args[, touch]): empties the list args, calling fn(arg) for each
@@ -234,11 +259,33 @@ static void arg_dealloc(PyObject *self)
 }
 
 static PyType_Slot arg_slots[] = {{Py_tp_dealloc, arg_dealloc}, {0, NULL}};
+
+static int gc_arg_traverse(PyObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(self));
+    return 0;
+}
+
+static void gc_arg_dealloc(PyObject *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    tp->tp_free(self);
+    Py_DECREF(tp);
+}
+
+static PyType_Slot gc_arg_slots[] = {
+    {Py_tp_dealloc, gc_arg_dealloc},
+    {Py_tp_traverse, gc_arg_traverse},
+    {0, NULL},
+};
 static PyType_Spec handle_spec = {"_hwtfloor.Handle", sizeof(Handle), 0, Py_TPFLAGS_DEFAULT,
                                   handle_slots};
 static PyType_Spec idle_spec = {"_hwtfloor.IdleHandle", sizeof(Handle), 0, Py_TPFLAGS_DEFAULT,
                                 idle_slots};
 static PyType_Spec arg_spec = {"_hwtfloor.Arg", sizeof(Arg), 0, Py_TPFLAGS_DEFAULT, arg_slots};
+static PyType_Spec gc_arg_spec = {"_hwtfloor.GcArg", sizeof(GcArg), 0,
+                                  Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC, gc_arg_slots};
 
 /* Returns a new Handle of type tp, or NULL with an exception. */
 static Handle *new_handle(PyTypeObject *tp)
@@ -258,6 +305,7 @@ static PyMethodDef module_methods[] = {
     {"nothing", (PyCFunction)(void (*)(void))nothing, METH_FASTCALL, NULL},
     {"burst", (PyCFunction)(void (*)(void))burst, METH_FASTCALL, NULL},
     {"make_args", make_args, METH_O, NULL},
+    {"make_gc_args", make_gc_args, METH_O, NULL},
     {NULL, NULL, 0, NULL},
 };
 
@@ -270,7 +318,8 @@ PyMODINIT_FUNC PyInit__hwtfloor(void)
     handle_type = (PyTypeObject *)PyType_FromSpec(&handle_spec);
     idle_type = (PyTypeObject *)PyType_FromSpec(&idle_spec);
     arg_type = (PyTypeObject *)PyType_FromSpec(&arg_spec);
-    if (handle_type == NULL || idle_type == NULL || arg_type == NULL)
+    gc_arg_type = (PyTypeObject *)PyType_FromSpec(&gc_arg_spec);
+    if (handle_type == NULL || idle_type == NULL || arg_type == NULL || gc_arg_type == NULL)
         return NULL;
     for (size_t i = 0; i < RING; i++)
         if ((ring[i] = new_handle(handle_type)) == NULL)

@@ -657,6 +657,34 @@ def test_floor_burst_refuses_to_touch_what_make_args_did_not_make() -> None:
     assert got != "no error" and calls == 3 and left == 2, (got, calls, left)
 
 
+def test_floor_gc_args_are_freed_as_untracked_gc_objects_of_a_timeouts_size() -> None:
+    # make_gc_args(n): the GC argument variant of the burst's limit stands
+    # for a Timeout that only the wheel holds: the cyclic GC's header, the
+    # same 80 bytes with it, not tracked; burst() calls and frees each
+    if not has_c_compiler():
+        pytest.skip("no C compiler for the floor extension")
+    code = """if True:
+        import gc, json, sys, floor, hwtimer
+        ext = floor.load()
+        args = ext.make_gc_args(3)
+        timer = hwtimer.HashedWheelTimer()
+        timeout = timer.new_timeout(print, 3600)
+        sizes = [sys.getsizeof(args[0]), sys.getsizeof(timeout)]
+        timer.stop()
+        tracked = [gc.is_tracked(a) for a in args]
+        calls = []
+        ext.burst(calls.append, args)
+        print(json.dumps([sizes, tracked, len(calls), len(args)]))
+    """
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=BENCHMARKS, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr
+    sizes, tracked, calls, left = json.loads(proc.stdout)
+    assert sizes[0] == sizes[1] == 80, sizes
+    assert tracked == [False] * 3 and calls == 3 and left == 0
+
+
 def test_a_failed_benchmark_keeps_what_the_others_measured(tmp_path) -> None:
     # a benchmark whose child crashes, between two that measure: the run
     # goes on, results.json holds the other two's figures and names the

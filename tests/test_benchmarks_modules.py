@@ -112,15 +112,24 @@ def test_burst_limits_measures_each_variant_of_the_floor(tmp_path) -> None:
     r, stdout, _ = run_tiny(str(tmp_path), ["burst_limits"], "--module", "burst_limits")
     limits = r["results"]["burst_limits"]
     rate = "callbacks_per_s_first_to_last"
-    names = ["floor: main thread", "floor: own thread", "floor: whole argument", "hwtimer"]
+    names = [
+        "floor: main thread",
+        "floor: own thread",
+        "floor: whole argument",
+        "floor: GC argument",
+        "hwtimer",
+    ]
     for name in names:
         assert is_summary(limits[name][rate], nonnegative=True), name
         assert len(limits[name][rate]["runs"]) == REPEATS
     for key, (a, b) in {
         "floor: own thread / floor: main thread": (names[1], names[0]),
         "floor: whole argument / floor: main thread": (names[2], names[0]),
-        "hwtimer / floor: own thread": (names[3], names[1]),
+        "floor: GC argument / floor: main thread": (names[3], names[0]),
+        "hwtimer / floor: own thread": (names[4], names[1]),
+        "hwtimer / floor: GC argument": (names[4], names[3]),
     }.items():
         ratios = [x / y for x, y in zip(limits[a][rate]["runs"], limits[b][rate]["runs"])]
         assert limits["ratios"][key]["runs"] == pytest.approx(ratios), key
     assert "hwtimer / floor: own thread" in stdout
+    assert "hwtimer / floor: GC argument" in stdout
