@@ -40,14 +40,15 @@ IMPLS = (MAIN, THREAD, WHOLE, GC, "hwtimer")
 RATE = "callbacks_per_s_first_to_last"
 
 
-def child_floor(n: int, on_thread: bool, touch: bool, gc_args: bool) -> dict:
+def child_floor(n: int, variant: str) -> dict:
     import floor
 
     ext = floor.load()
     task, times = burst.counter(n, lambda: None)
-    args = ext.make_gc_args(n) if gc_args else ext.make_args(n)
+    args = ext.make_gc_args(n) if variant == GC else ext.make_args(n)
+    touch = variant == WHOLE
     t0 = time.monotonic()
-    if on_thread:
+    if variant == THREAD:
         thread = threading.Thread(target=ext.burst, args=(task, args, touch))
         thread.start()
         thread.join()
@@ -59,7 +60,7 @@ def child_floor(n: int, on_thread: bool, touch: bool, gc_args: bool) -> dict:
 def child(cfg: dict, impl: str) -> dict:
     if impl == "hwtimer":
         return burst.child(cfg, "hwtimer")
-    return child_floor(cfg["n"], impl == THREAD, impl == WHOLE, impl == GC)
+    return child_floor(cfg["n"], impl)
 
 
 def run(cfg: dict) -> dict:
