@@ -161,10 +161,9 @@ static PyObject *new_args(PyObject *arg, bool gc)
             Py_DECREF(list);
             return NULL;
         }
-        if (gc)
-            memset(((GcArg *)a)->payload, 0, sizeof(((GcArg *)a)->payload));
-        else
-            memset(((Arg *)a)->payload, 0, sizeof(((Arg *)a)->payload));
+        /* the payload: all of either type after the object's head */
+        memset((char *)a + sizeof(PyObject), 0,
+               (size_t)Py_TYPE(a)->tp_basicsize - sizeof(PyObject));
         PyList_SET_ITEM(list, i, a);
     }
     return list;
