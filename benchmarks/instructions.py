@@ -134,11 +134,11 @@ def inclusive_count(out_file: str, function: str) -> int:
 
 
 def burst_counts(n: int, outdir: str, with_floor: bool, submit) -> dict:
-    """Instructions per callback of a burst of n: hwtimer's dispatch thread
-    and, where it builds, the floor's loop; `submit` (an executor's) runs
-    each callgrind process."""
+    """Instructions per callback: of hwtimer's dispatch thread, past the
+    first n of a burst of 2n (its count for a burst of 2n less its count for
+    one of n, over n), and, where it builds, of the floor's loop over n;
+    `submit` (an executor's) runs each callgrind process."""
     out = {"n": n}
-    # the first n cost what they cost; the next n, what a large burst's do
     hwtimer = [submit(dispatch_thread_total, k, outdir) for k in (2 * n, n)] if n else []
     floor = None
     if with_floor and shutil.which("callgrind_annotate"):
