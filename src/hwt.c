@@ -574,14 +574,45 @@ static inline bool ends_slice(uint64_t n)
     return n % EXPIRE_SLICE == 0 || n == EXPIRE_FIRST_SLICE;
 }
 
-/* Delivers one timeout the wheel expired.  Returns false at the end of a
-   slice, for the walk to stop and hand it over. */
-static bool deliver_expired(void *ctx, hwt_timeout *to)
+/* How many timeouts the walk may expire before the next slice ends, once
+   `expiring` have. */
+static inline size_t to_slice_end(uint64_t expiring)
+{
+    if (expiring < EXPIRE_FIRST_SLICE)
+        return EXPIRE_FIRST_SLICE - expiring;
+    return EXPIRE_SLICE - expiring % EXPIRE_SLICE;
+}
+
+/* Whether an expired timeout joins the run for the default sink, which
+   leaves the bucket whole; counted if so. */
+static bool joins_run(void *ctx, const hwt_timeout *to)
+{
+    hwt_timer *t = ctx;
+    if (to->sink && to->sink != &t->default_sink)
+        return false;
+    t->expiring_once += !hwt_timeout_periodic(to);
+    return true;
+}
+
+/* Delivers, and counts, an expired timeout bound for another sink. */
+static void deliver_expired(void *ctx, hwt_timeout *to)
 {
     hwt_timer *t = ctx;
     t->expiring_once += !hwt_timeout_periodic(to);
-    deliver(t, to, to->sink ? to->sink : &t->default_sink);
-    return !ends_slice(++t->expiring);
+    t->expiring++;
+    deliver(t, to, to->sink);
+}
+
+/* Appends the run the walk took to the default sink's batch. */
+static void deliver_run(hwt_timer *t, const hwt_wheel_expiry *e)
+{
+    hwt_sink *s = &t->default_sink;
+    if (s->batch_tail)
+        set_next(s->batch_tail, &e->head->link);
+    else
+        s->batch_head = e->head;
+    s->batch_tail = e->tail;
+    t->expiring += e->n;
 }
 
 /* Expires the due timeouts of the current tick, in scheduling order.
@@ -591,16 +622,20 @@ static void expire_bucket(hwt_timer *t)
 {
     t->expiring = t->expiring_once = 0;
     uint64_t counted = 0;
+    hwt_wheel_expiry e = {.joins = joins_run, .take = deliver_expired, .ctx = t};
     bool empty;
     do {
         /* Under the cancel lock, which every other change of a state on
            the wheel takes: the wheel's walk then needs no atomic
            read-modify-write.  EXPIRE_CHUNK at a time, so that cancels wait
-           a few microseconds at most. */
+           a few microseconds at most, and no further than a slice's end. */
         uint64_t before = t->expiring;
+        size_t limit = to_slice_end(t->expiring);
         pthread_mutex_lock(&t->cancel_lock);
-        empty = hwt_wheel_expire(&t->wheel, EXPIRE_CHUNK, deliver_expired, t);
+        empty = hwt_wheel_expire(&t->wheel, limit < EXPIRE_CHUNK ? limit : EXPIRE_CHUNK, &e);
         pthread_mutex_unlock(&t->cancel_lock);
+        if (e.n)
+            deliver_run(t, &e);
         if (t->expiring != before && ends_slice(t->expiring)) {
             count(&t->expired, t->expiring_once - counted);
             counted = t->expiring_once;

@@ -256,26 +256,55 @@ void hwt_wheel_advance(hwt_wheel *w, int64_t tick)
     }
 }
 
-bool hwt_wheel_expire(hwt_wheel *w, size_t limit, hwt_wheel_expire_fn fn, void *ctx)
+/* Takes the run, the first n timeouts of list p, off it at once: the
+   walk left them linked, and took their wheel flags and back links. */
+static void unlink_run(hwt_wheel *w, uint32_t p, hwt_link *last, size_t n)
+{
+    hwt_link *head = &w->heads[p];
+    head->next = last->next;
+    last->next->prev = head;
+    last->next = NULL;
+    w->linked[0] -= n;
+    if ((w->counts[p] -= (uint32_t)n) == 0)
+        mark_empty(w, p);
+}
+
+bool hwt_wheel_expire(hwt_wheel *w, size_t limit, hwt_wheel_expiry *e)
 {
     uint32_t p = (uint32_t)w->elapsed & w->mask;
-    hwt_link *head = &w->heads[p];
+    hwt_link *head = &w->heads[p], *last = NULL;
+    e->head = e->tail = NULL;
+    e->n = 0;
     if (!head->next)
         return true; /* never used */
     for (hwt_link *l = head->next; l != head && limit--;) {
         hwt_timeout *to = hwt_timeout_of(l);
         l = l->next;
-        unlink_from(w, p, to);
         if (atomic_load_explicit(&to->state, memory_order_relaxed) != HWT_INIT) {
             /* cancelled or reset: its queued entry takes it from there */
+            unlink_from(w, p, to);
             link_at(w, cancelled_index(w), to);
             continue;
         }
         atomic_store_explicit(&to->state,
                               hwt_timeout_delivered_running(to) ? HWT_RUNNING : HWT_EXPIRED,
                               memory_order_release);
-        if (!fn(ctx, to))
-            break;
+        if (!e->joins(e->ctx, to)) {
+            unlink_from(w, p, to);
+            e->take(e->ctx, to);
+            continue;
+        }
+        /* Off the wheel as far as anyone can tell; its forward link stays
+           for the run until the walk unlinks the run. */
+        to->link.prev = NULL;
+        to->flags &= ~(HWT_WHEEL_FLAGS_MASK | HWT_WHEEL_INDEX_MASK);
+        last = &to->link;
+        e->n++;
+    }
+    if (e->n) {
+        e->head = hwt_timeout_of(head->next);
+        e->tail = hwt_timeout_of(last);
+        unlink_run(w, p, last, e->n);
     }
     return w->counts[p] == 0;
 }

@@ -93,21 +93,31 @@ int64_t hwt_wheel_next_tick(const hwt_wheel *w);
    be skipped) and cascades the slot that starts there. */
 void hwt_wheel_advance(hwt_wheel *w, int64_t tick);
 
-/* Called for each timeout expire takes, unlinked and EXPIRED; returns
-   whether the walk goes on. */
-typedef bool (*hwt_wheel_expire_fn)(void *ctx, hwt_timeout *to);
-/* Expires the bucket of tick `elapsed`: moves each timeout still INIT to
-   EXPIRED (HWT_RUNNING for a periodic one, which comes back by
-   hwt_timeout_rearm, and for a one-shot bound for an `ends_once` sink,
-   which its consumer ends), unlinks it and hands it to fn, in scheduling order.
-   Cancelled or reset ones move to the passed-over list, linked still, for
-   their queued entry to unlink or relink.  Stops after `limit` timeouts, or
-   after the one fn returned false for.  Returns whether the bucket is empty.
-   The caller keeps every other writer of a linked timeout's state out
-   meanwhile (hwt.c: the cancel lock), so that each state is read and
-   written, with no compare-and-swap: a walk of cold nodes spends most of
-   its time in those. */
-bool hwt_wheel_expire(hwt_wheel *w, size_t limit, hwt_wheel_expire_fn fn, void *ctx);
+/* What hwt_wheel_expire() does with the timeouts it expires. */
+typedef struct hwt_wheel_expiry {
+    /* Whether `to`, just expired, joins the run (and it may count it);
+       if not, it is unlinked alone and handed to take(). */
+    bool (*joins)(void *ctx, const hwt_timeout *to);
+    void (*take)(void *ctx, hwt_timeout *to);
+    void *ctx;
+    /* out: the run, in scheduling order, chained by link.next (NULL-ended),
+       and its length */
+    hwt_timeout *head, *tail;
+    size_t n;
+} hwt_wheel_expiry;
+/* Expires the bucket of tick `elapsed`, in scheduling order: moves each
+   timeout still INIT to EXPIRED (HWT_RUNNING for a periodic one, which
+   comes back by hwt_timeout_rearm, and for a one-shot bound for an
+   `ends_once` sink, which its consumer ends).  Those that join the run
+   leave the bucket together at the end, with one unlink rather than one
+   each; the others leave one by one, to e->take().  Cancelled or reset
+   ones move to the passed-over list, linked still, for their queued entry
+   to unlink or relink.  Stops after `limit` timeouts.  Returns whether the
+   bucket is empty.  The caller keeps every other writer of a linked
+   timeout's state out meanwhile (hwt.c: the cancel lock), so that each
+   state is read and written, with no compare-and-swap: a walk of cold
+   nodes spends most of its time in those. */
+bool hwt_wheel_expire(hwt_wheel *w, size_t limit, hwt_wheel_expiry *e);
 
 /* Unlinks every timeout, cancelled ones too, and returns them chained by
    link.next (NULL if none), level by level. */

@@ -119,6 +119,47 @@ def test_call_later_handed_to_the_loop_is_cancellable_until_it_runs(
     run(main)
 
 
+def test_a_large_tick_gives_each_consumer_its_own_in_order(
+    manual_timer: ManualTimer, run: Any
+) -> None:
+    # 20,000 due in one tick: new_timeout() and new_periodic() tasks, which
+    # advance() runs, between call_later() callbacks, which go to the loop,
+    # some of each cancelled.  The worker's walk takes the first kind off
+    # the bucket in runs, chunk by chunk and slice by slice, and the others
+    # one by one: each consumer still gets its own once, in scheduling
+    # order.
+    async def main() -> None:
+        n = 20_000
+        ran: list[int] = []
+        on_loop: list[int] = []
+        handles: list[Any] = []
+        for i in range(n):
+            if i % 3 == 1:
+                handles.append(manual_timer.call_later(1, on_loop.append, i))
+            elif i % 10 == 4:
+                task = lambda t, i=i: ran.append(i)  # noqa: E731
+                handles.append(manual_timer.new_periodic(task, 5, delay=1))
+            else:
+                handles.append(manual_timer.new_timeout(lambda t, i=i: ran.append(i), 1))
+        cancelled = set(range(0, n, 7))
+        assert all(handles[i].cancel() for i in cancelled)
+        due = [i for i in range(n) if i not in cancelled]
+        loop_due = [i for i in due if i % 3 == 1]
+        assert manual_timer.advance(1) == len(due)
+        assert ran == [i for i in due if i % 3 != 1]
+        for _ in range(100):
+            if len(on_loop) >= len(loop_due):
+                break
+            await asyncio.sleep(0)
+        assert on_loop == loop_due
+        periodic = [i for i in due if i % 3 != 1 and i % 10 == 4]
+        stats = manual_timer.stats()
+        assert stats["pending"] == len(periodic)  # each due again at 6.0
+        assert stats["cancelled"] == len(cancelled)
+
+    run(main)
+
+
 def test_call_every_runs_at_each_tick_on_the_loop(manual_timer: ManualTimer, run: Any) -> None:
     async def main() -> None:
         times: list[float] = []
