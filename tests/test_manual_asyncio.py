@@ -124,7 +124,7 @@ def test_a_large_tick_gives_each_consumer_its_own_in_order(
 ) -> None:
     # 20,000 due in one tick: new_timeout() and new_periodic() tasks, which
     # advance() runs, between call_later() callbacks, which go to the loop,
-    # some of each cancelled.  The worker's walk takes the first kind off
+    # some of each cancelled.  The wheel's walk takes the first kind off
     # the bucket in runs, chunk by chunk and slice by slice, and the others
     # one by one: each consumer still gets its own once, in scheduling
     # order.
@@ -137,8 +137,7 @@ def test_a_large_tick_gives_each_consumer_its_own_in_order(
             if i % 3 == 1:
                 handles.append(manual_timer.call_later(1, on_loop.append, i))
             elif i % 10 == 4:
-                task = lambda t, i=i: ran.append(i)  # noqa: E731
-                handles.append(manual_timer.new_periodic(task, 5, delay=1))
+                handles.append(manual_timer.new_periodic(lambda t, i=i: ran.append(i), 5, delay=1))
             else:
                 handles.append(manual_timer.new_timeout(lambda t, i=i: ran.append(i), 1))
         cancelled = set(range(0, n, 7))
