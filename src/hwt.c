@@ -326,14 +326,20 @@ static inline void set_next(hwt_timeout *to, hwt_link *next)
 
 /* ---- delivery to sinks (worker side) ---- */
 
+/* Appends the chain head .. tail (its end's link NULL) to `s`'s batch. */
+static void append_to_batch(hwt_sink *s, hwt_timeout *head, hwt_timeout *tail)
+{
+    if (s->batch_tail)
+        set_next(s->batch_tail, &head->link);
+    else
+        s->batch_head = head;
+    s->batch_tail = tail;
+}
+
 static void deliver(hwt_timer *t, hwt_timeout *to, hwt_sink *s)
 {
     set_next(to, NULL);
-    if (s->batch_tail)
-        set_next(s->batch_tail, &to->link);
-    else
-        s->batch_head = to;
-    s->batch_tail = to;
+    append_to_batch(s, to, to);
     if (s != &t->default_sink && s != &t->released && !s->in_batch) {
         s->in_batch = true;
         s->batch_next = t->batch_sinks;
@@ -568,14 +574,9 @@ static void await_handover(hwt_timer *t)
     pthread_mutex_unlock(&s->lock);
 }
 
-/* Whether the `n`th timeout expired this tick ends a slice to hand over. */
-static inline bool ends_slice(uint64_t n)
-{
-    return n % EXPIRE_SLICE == 0 || n == EXPIRE_FIRST_SLICE;
-}
-
-/* How many timeouts the walk may expire before the next slice ends, once
-   `expiring` have. */
+/* How many timeouts the walk may expire before the next slice to hand
+   over ends, once `expiring` have: the first ends at EXPIRE_FIRST_SLICE,
+   the others at each multiple of EXPIRE_SLICE. */
 static inline size_t to_slice_end(uint64_t expiring)
 {
     if (expiring < EXPIRE_FIRST_SLICE)
@@ -606,12 +607,7 @@ static void deliver_expired(void *ctx, hwt_timeout *to)
 /* Appends the run the walk took to the default sink's batch. */
 static void deliver_run(hwt_timer *t, const hwt_wheel_expiry *e)
 {
-    hwt_sink *s = &t->default_sink;
-    if (s->batch_tail)
-        set_next(s->batch_tail, &e->head->link);
-    else
-        s->batch_head = e->head;
-    s->batch_tail = e->tail;
+    append_to_batch(&t->default_sink, e->head, e->tail);
     t->expiring += e->n;
 }
 
@@ -630,13 +626,13 @@ static void expire_bucket(hwt_timer *t)
            read-modify-write.  EXPIRE_CHUNK at a time, so that cancels wait
            a few microseconds at most, and no further than a slice's end. */
         uint64_t before = t->expiring;
-        size_t limit = to_slice_end(t->expiring);
+        size_t left = to_slice_end(before);
         pthread_mutex_lock(&t->cancel_lock);
-        empty = hwt_wheel_expire(&t->wheel, limit < EXPIRE_CHUNK ? limit : EXPIRE_CHUNK, &e);
+        empty = hwt_wheel_expire(&t->wheel, left < EXPIRE_CHUNK ? left : EXPIRE_CHUNK, &e);
         pthread_mutex_unlock(&t->cancel_lock);
         if (e.n)
             deliver_run(t, &e);
-        if (t->expiring != before && ends_slice(t->expiring)) {
+        if (t->expiring - before == left) { /* a slice ends here */
             count(&t->expired, t->expiring_once - counted);
             counted = t->expiring_once;
             publish_batches(t); /* let consumers start on a large bucket */
