@@ -3,7 +3,8 @@
 # its own, under sanitizers.
 #
 #   1. tests/c/model_test.c, the core against its reference model on a fake
-#      clock, built with ASan+UBSan (-fno-sanitize-recover=all);
+#      clock (runs of up to 128 timeouts, then wide runs of 12,000, many
+#      due in one tick), built with ASan+UBSan (-fno-sanitize-recover=all);
 #   2. tests/c/fault_test.c, each pthread init of the core failing in
 #      turn (the error reported, what was made undone) and a start taken
 #      back keeping its timeouts, under ASan+UBSan,

@@ -21,6 +21,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     m_source src;
     m_source_bytes(&src, data, size);
-    m_run_sequence(&src, "the fuzzer's input", MAX_ITEMS, MAX_OPS, NULL);
+    m_run_sequence(&src, "the fuzzer's input", MAX_ITEMS, MAX_OPS, false, NULL);
     return 0;
 }

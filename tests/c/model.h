@@ -18,6 +18,9 @@
  * A delivered periodic item is "run" at once: the clock moves by a chosen
  * run time, a cancel, reset or failure may come during the run, and the
  * re-arm must give the deadline and result that m_next() computes.
+ * A wide run has thousands of items and schedules, cancels or resets many
+ * at once, so that one tick expires more than the core's walk takes at a
+ * time or hands over in one slice.
  *
  * Include it from one file only; define MODEL_ON_FAILURE() first to choose
  * what a mismatch does after it has been printed (default: exit(1)).
@@ -138,6 +141,7 @@ typedef struct m_run {
     int64_t tick;     /* the wheel's tick as the model has it */
     int64_t max_jump; /* ns: keeps the ticks one advance walks bounded */
     m_item **items;   /* owned */
+    m_item **by_addr; /* owned: the items again, by address, for m_owner */
     size_t nitems;
     uint64_t seq, stamp, queue_order, reset_order;
     uint64_t resets, reruns; /* resets that re-armed, periodic runs re-armed */
@@ -228,14 +232,18 @@ static void m_check_counts(m_run *r)
             st.rejected, r->rejected);
 }
 
+static int m_cmp_addr(const void *a, const void *b)
+{
+    uintptr_t x = (uintptr_t)*(m_item *const *)a, y = (uintptr_t)*(m_item *const *)b;
+    return (x > y) - (x < y);
+}
+
 /* Returns the item a delivered timeout belongs to, failing on a stranger. */
 static m_item *m_owner(m_run *r, hwt_timeout *to, const char *where)
 {
     M_CHECK(r, to != NULL, "%s: NULL timeout in a list", where);
     m_item *it = m_item_of(to);
-    bool ours = false;
-    for (size_t i = 0; i < r->nitems && !ours; i++)
-        ours = r->items[i] == it;
+    bool ours = bsearch(&it, r->by_addr, r->nitems, sizeof(*r->by_addr), m_cmp_addr) != NULL;
     M_CHECK(r, ours && it->magic == M_MAGIC, "%s: %p is not one of the test's timeouts", where,
             (void *)to);
     return it;
@@ -463,15 +471,10 @@ static int64_t m_pick_period(m_run *r)
     }
 }
 
-/* Schedules a free item, one-shot or periodic (every missed policy). */
-static void m_op_schedule(m_run *r, bool periodic)
+/* Schedules free item `it` after `delay`, one-shot or periodic (every
+   missed policy), to either sink. */
+static void m_schedule(m_run *r, m_item *it, int64_t delay, bool periodic)
 {
-    m_item *it = m_pick(r, M_FREE);
-    if (!it) {
-        m_trace(r, "schedule: no free item");
-        return;
-    }
-    int64_t delay = m_pick_delay(r);
     int64_t period = periodic ? m_pick_period(r) : 0;
     int missed = periodic ? m_pick_missed(r) : HWT_MISSED_SKIP;
     int target = r->sink2_ready && m_below(r->src, 3) == 0;
@@ -510,6 +513,16 @@ static void m_op_schedule(m_run *r, bool periodic)
     r->pending++;
 }
 
+static void m_op_schedule(m_run *r, bool periodic)
+{
+    m_item *it = m_pick(r, M_FREE);
+    if (!it) {
+        m_trace(r, "schedule: no free item");
+        return;
+    }
+    m_schedule(r, it, m_pick_delay(r), periodic);
+}
+
 /* Resets a pending item: the worker relinks it at the next advance. */
 static void m_reset_live(m_run *r, m_item *it, int64_t delay)
 {
@@ -520,12 +533,11 @@ static void m_reset_live(m_run *r, m_item *it, int64_t delay)
     }
 }
 
-static void m_op_reset(m_run *r)
+/* Resets item `it` to `delay`, if it was ever scheduled. */
+static void m_reset(m_run *r, m_item *it, int64_t delay)
 {
-    m_item *it = r->items[m_below(r->src, r->nitems)];
     if (!it->cancellable)
         return;
-    int64_t delay = m_pick_delay(r);
     int rc = hwt_timeout_reset(&it->to, delay);
     m_trace(r, "reset item %u (model %d) delay %" PRId64 " -> %d (deadline %" PRId64 ")", it->id,
             it->where, delay, rc, hwt_timeout_deadline(&it->to));
@@ -541,9 +553,16 @@ static void m_op_reset(m_run *r)
             it->deadline);
 }
 
-static void m_op_cancel(m_run *r)
+static void m_op_reset(m_run *r)
 {
     m_item *it = r->items[m_below(r->src, r->nitems)];
+    if (it->cancellable) /* a delay is drawn only for one ever scheduled */
+        m_reset(r, it, m_pick_delay(r));
+}
+
+/* Cancels item `it`, or takes it back, if it was ever scheduled. */
+static void m_cancel(m_run *r, m_item *it)
+{
     if (!it->cancellable) {
         m_trace(r, "cancel: item %u never scheduled", it->id);
         return;
@@ -568,6 +587,43 @@ static void m_op_cancel(m_run *r)
         it->where = M_CANCELLED;
         r->cancelled++; /* a cancel counts at once */
         r->pending--;
+    }
+}
+
+static void m_op_cancel(m_run *r)
+{
+    m_cancel(r, r->items[m_below(r->src, r->nitems)]);
+}
+
+/* The wide runs' operations, on many items at once, so that one tick holds
+   more than the walk takes under one hold of the cancel lock or hands over
+   in one slice (src/hwt.c): a burst of free items scheduled with one delay
+   (a few periodic, to either sink), or a share of the items, one in 2, 8
+   or 64 taken in turn, cancelled or reset with one delay. */
+static void m_op_many(m_run *r)
+{
+    uint64_t kind = m_below(r->src, 3);
+    int64_t delay = m_pick_delay(r);
+    if (kind == 0) {
+        size_t want = 1 + (size_t)m_below(r->src, r->nitems), done = 0;
+        m_trace(r, "schedule up to %zu items, delay %" PRId64, want, delay);
+        for (size_t i = 0; i < r->nitems && done < want; i++) {
+            m_item *it = r->items[i];
+            if (it->where == M_FREE) {
+                m_schedule(r, it, delay, m_below(r->src, 8) == 0);
+                done++;
+            }
+        }
+        return;
+    }
+    static const size_t every[] = {2, 8, 64};
+    size_t step = every[m_below(r->src, 3)], first = (size_t)m_below(r->src, step);
+    m_trace(r, "%s one item in %zu from item %zu", kind == 1 ? "cancel" : "reset", step, first);
+    for (size_t i = first; i < r->nitems; i += step) {
+        if (kind == 1)
+            m_cancel(r, r->items[i]);
+        else
+            m_reset(r, r->items[i], delay);
     }
 }
 
@@ -776,23 +832,35 @@ static void m_run_once(m_run *r, m_item *it)
     m_check_counts(r);
 }
 
+/* Whether the core would link `a` before `b` (both pending): linked ones
+   by link order, then reset ones by reset order, then queued ones. */
+static bool m_linked_before(const m_item *a, const m_item *b)
+{
+    int ka = a->transferred ? 0 : a->relink ? 1 : 2, kb = b->transferred ? 0 : b->relink ? 1 : 2;
+    uint64_t oa = ka == 0 ? a->seq : ka == 1 ? a->relink : a->queued;
+    uint64_t ob = kb == 0 ? b->seq : kb == 1 ? b->relink : b->queued;
+    return ka < kb || (ka == kb && oa < ob);
+}
+
 /* Links what is waiting: reset items in reset order, then queued ones in
-   queue order (selection by the smallest key: the items are few). */
+   queue order. */
+static int m_cmp_waiting(const void *a, const void *b)
+{
+    const m_item *x = *(m_item *const *)a, *y = *(m_item *const *)b;
+    return m_linked_before(x, y) ? -1 : m_linked_before(y, x) ? 1 : 0;
+}
+
 static void m_link_waiting(m_run *r)
 {
-    for (;;) {
-        m_item *next = NULL;
-        for (size_t i = 0; i < r->nitems; i++) {
-            m_item *it = r->items[i];
-            if (it->where != M_LIVE || it->transferred)
-                continue;
-            if (!next || (it->relink && !next->relink) ||
-                (it->relink && next->relink && it->relink < next->relink) ||
-                (!it->relink && !next->relink && it->queued < next->queued))
-                next = it;
-        }
-        if (!next)
-            return;
+    size_t n = 0;
+    for (size_t i = 0; i < r->nitems; i++) {
+        m_item *it = r->items[i];
+        if (it->where == M_LIVE && !it->transferred)
+            r->scratch[n++] = it;
+    }
+    qsort(r->scratch, n, sizeof(*r->scratch), m_cmp_waiting);
+    for (size_t i = 0; i < n; i++) {
+        m_item *next = r->scratch[i];
         int64_t calc = next->deadline <= 0 ? 0 : (next->deadline - 1) / r->cfg.tick_ns;
         next->due = calc > r->tick ? calc : r->tick;
         next->transferred = true;
@@ -933,16 +1001,6 @@ static bool m_in_wheel(const m_item *it)
     return it->where != M_FREE && !it->delivered && (it->transferred || it->relink);
 }
 
-/* Whether the core would link `a` before `b` (both pending): linked ones
-   by link order, then reset ones by reset order, then queued ones. */
-static bool m_linked_before(const m_item *a, const m_item *b)
-{
-    int ka = a->transferred ? 0 : a->relink ? 1 : 2, kb = b->transferred ? 0 : b->relink ? 1 : 2;
-    uint64_t oa = ka == 0 ? a->seq : ka == 1 ? a->relink : a->queued;
-    uint64_t ob = kb == 0 ? b->seq : kb == 1 ? b->relink : b->queued;
-    return ka < kb || (ka == kb && oa < ob);
-}
-
 /* Whether the soonest call must give `a` before `b`. */
 static bool m_sooner(const m_item *a, const m_item *b)
 {
@@ -967,6 +1025,19 @@ static void m_take_waiting(m_run *r)
 /* Checks hwt_timer_occupancy against where the model places each timeout
    that is in the wheel (transferred, and not yet expired or released)
    once the core has taken what waits: every pending one. */
+typedef struct m_bucket {
+    unsigned level;
+    uint64_t slot;
+} m_bucket;
+
+static int m_cmp_bucket(const void *a, const void *b)
+{
+    const m_bucket *x = a, *y = b;
+    if (x->level != y->level)
+        return x->level < y->level ? -1 : 1;
+    return (x->slot > y->slot) - (x->slot < y->slot);
+}
+
 static void m_check_occupancy(m_run *r)
 {
     hwt_occupancy occ;
@@ -979,6 +1050,10 @@ static void m_check_occupancy(m_run *r)
             r->tick);
     uint64_t never = 0, timeouts[HWT_MAX_LEVELS] = {0}, occupied[HWT_MAX_LEVELS] = {0},
              fullest[HWT_MAX_LEVELS] = {0};
+    /* each placed timeout's bucket, sorted: a bucket's timeouts side by side */
+    m_bucket *placed = malloc((r->nitems + 1) * sizeof(*placed));
+    M_CHECK(r, placed != NULL, "out of memory");
+    size_t n = 0;
     for (size_t i = 0; i < r->nitems; i++) {
         m_item *it = r->items[i];
         if (!m_in_wheel(it))
@@ -987,25 +1062,19 @@ static void m_check_occupancy(m_run *r)
             never++;
             continue;
         }
-        unsigned level, other_level;
-        uint64_t slot, other_slot, same = 0;
-        bool first = true;
-        m_place(r, it->due, &level, &slot);
-        for (size_t j = 0; j < r->nitems; j++) {
-            m_item *o = r->items[j];
-            if (!m_in_wheel(o) || o->linked_never)
-                continue;
-            m_place(r, o->due, &other_level, &other_slot);
-            if (other_level == level && other_slot == slot) {
-                same++;
-                first = first && j >= i; /* count each bucket once */
-            }
-        }
+        m_place(r, it->due, &placed[n].level, &placed[n].slot);
+        n++;
+    }
+    qsort(placed, n, sizeof(*placed), m_cmp_bucket);
+    for (size_t i = 0, same = 0; i < n; i++) {
+        unsigned level = placed[i].level;
         timeouts[level]++;
-        occupied[level] += first;
+        same = i && !m_cmp_bucket(&placed[i - 1], &placed[i]) ? same + 1 : 1;
+        occupied[level] += same == 1;
         if (same > fullest[level])
             fullest[level] = same;
     }
+    free(placed);
     M_CHECK(r, occ.never == never, "occupancy: %" PRIu64 " never due, model %" PRIu64, occ.never,
             never);
     for (unsigned k = 0; k < occ.levels; k++) {
@@ -1042,8 +1111,10 @@ static void m_op_soonest(m_run *r)
             found, r->nscratch);
     size_t expect = 0;
     m_item *prev = NULL;
+    r->stamp++;
     for (size_t i = 0; i < found; i++) {
         m_item *it = r->scratch[i];
+        it->seen_stamp = r->stamp;
         M_CHECK(r, it->where == M_LIVE, "soonest gave item %u, which the model holds as %d", it->id,
                 it->where);
         M_CHECK(r, !prev || m_sooner(prev, it),
@@ -1058,9 +1129,7 @@ static void m_op_soonest(m_run *r)
         if (it->where != M_LIVE || it->delivered)
             continue;
         expect++;
-        bool given = false;
-        for (size_t j = 0; j < found && !given; j++)
-            given = r->scratch[j] == it;
+        bool given = it->seen_stamp == r->stamp;
         M_CHECK(r, given || (found == limit && (!found || m_sooner(prev, it))),
                 "soonest %zu left out item %u (deadline %" PRId64 ", seq %" PRIu64 ")", limit,
                 it->id, it->deadline, it->seq);
@@ -1160,10 +1229,11 @@ static void m_stop(m_run *r)
 typedef struct m_totals {
     uint64_t runs, steps, scheduled, expired, cancelled, rejected, returned, advances;
     uint64_t resets, reruns;
+    uint64_t largest_tick; /* the most timeouts one tick expired */
 } m_totals;
 
 /* Picks a configuration from the source and makes the timer and items. */
-static void m_setup(m_run *r, m_source *src, const char *what, size_t max_items)
+static void m_setup(m_run *r, m_source *src, const char *what, size_t max_items, bool wide)
 {
     static const uint32_t wheels[] = {1, 2, 8, 512, 3, 64, 100, 4096, 16384};
     static const int64_t ticks[] = {1, 1000000, 1000000000, 7, 1000, 999983};
@@ -1174,7 +1244,7 @@ static void m_setup(m_run *r, m_source *src, const char *what, size_t max_items)
     uint64_t k = m_below(src, sizeof(ticks) / sizeof(ticks[0]) + 1);
     r->cfg.tick_ns =
         k < sizeof(ticks) / sizeof(ticks[0]) ? ticks[k] : 1 + (int64_t)m_below(src, 1000000);
-    r->nitems = 1 + (size_t)m_below(src, max_items);
+    r->nitems = wide ? max_items : 1 + (size_t)m_below(src, max_items);
     r->cfg.max_pending = m_below(src, 5) == 0 ? 1 + (int64_t)m_below(src, r->nitems) : 0;
     r->cfg.wake_every_tick = m_below(src, 8) == 0;
     r->cfg.manual = true;
@@ -1199,14 +1269,16 @@ static void m_setup(m_run *r, m_source *src, const char *what, size_t max_items)
             r->cfg.ticks_per_wheel, hwt_timer_config(r->t)->ticks_per_wheel, r->wheel);
     r->items = calloc(r->nitems, sizeof(*r->items));
     r->scratch = calloc(r->nitems + 1, sizeof(*r->scratch));
-    M_CHECK(r, r->items && r->scratch, "out of memory");
+    r->by_addr = calloc(r->nitems, sizeof(*r->by_addr));
+    M_CHECK(r, r->items && r->scratch && r->by_addr, "out of memory");
     for (size_t i = 0; i < r->nitems; i++) {
         m_item *it = calloc(1, sizeof(*it));
         M_CHECK(r, it != NULL, "out of memory");
         it->magic = M_MAGIC;
         it->id = (uint32_t)i;
-        r->items[i] = it;
+        r->items[i] = r->by_addr[i] = it;
     }
+    qsort(r->by_addr, r->nitems, sizeof(*r->by_addr), m_cmp_addr);
 
     /* not started: refused */
     m_item *it = r->items[0];
@@ -1248,6 +1320,7 @@ static void m_teardown(m_run *r)
         free(r->items[i]);
     free(r->items);
     free(r->scratch);
+    free(r->by_addr);
 }
 
 /* ---- what the core holds (hwt_timer_visit_held) ---- */
@@ -1280,16 +1353,20 @@ static void m_check_held(m_run *r)
 }
 
 /* Runs one configuration for at most `max_ops` operations (fewer if the
-   source's bytes run out), checking after each, then stops the timer. */
+   source's bytes run out), checking after each, then stops the timer.  A
+   wide run has `max_items` items, not up to that many, and one operation
+   in four is on many of them (m_op_many). */
 static void m_run_sequence(m_source *src, const char *what, size_t max_items, size_t max_ops,
-                           m_totals *totals)
+                           bool wide, m_totals *totals)
 {
     m_run r;
     uint64_t advances = 0;
-    m_setup(&r, src, what, max_items);
+    m_setup(&r, src, what, max_items, wide);
     for (r.step = 1; r.step <= max_ops && !src->exhausted; r.step++) {
         uint64_t op = m_below(src, 100);
-        if (op < 40)
+        if (wide && m_below(src, 4) == 0)
+            m_op_many(&r);
+        else if (op < 40)
             m_op_schedule(&r, op >= 32);
         else if (op < 55)
             m_op_cancel(&r);
@@ -1307,6 +1384,8 @@ static void m_run_sequence(m_source *src, const char *what, size_t max_items, si
         m_check_held(&r);
     }
     uint64_t cancelled_before_stop = r.cancelled;
+    hwt_stats st;
+    hwt_timer_stats(r.t, &st);
     m_stop(&r);
     if (totals) {
         totals->runs++;
@@ -1319,6 +1398,8 @@ static void m_run_sequence(m_source *src, const char *what, size_t max_items, si
         totals->advances += advances;
         totals->resets += r.resets;
         totals->reruns += r.reruns;
+        if (st.max_expired_per_tick > totals->largest_tick)
+            totals->largest_tick = st.max_expired_per_tick;
     }
     m_teardown(&r);
 }

@@ -4,11 +4,15 @@
  * all three missed-run policies), cancels, resets and clock advances, and checks it step by step
  * against the model in model.h.
  *
- * Usage: model_test [SEED [ITERATIONS [OPS]]]
+ * Usage: model_test [SEED [ITERATIONS [OPS [WIDE]]]]
  * Iteration i runs with seed SEED + i, so `model_test S 1` reproduces the
- * iteration whose seed S a mismatch reports.  Without SEED the seed comes
- * from the time and is printed first.  Exits 0 when every run agrees, 1 on
- * the first mismatch (after printing it and the operations before it).
+ * iteration whose seed S a mismatch reports.  Then WIDE wide runs (each of
+ * WIDE_ITEMS items, many scheduled, cancelled or reset at once, so that a
+ * tick's bucket spans the walk's chunks and slices), wide run j with seed
+ * SEED + j: `model_test S 0 0 1` reproduces the wide run of seed S.
+ * Without SEED the seed comes from the time and is printed first.  Exits 0
+ * when every run agrees, 1 on the first mismatch (after printing it and
+ * the operations before it).
  */
 #include "model.h"
 
@@ -17,6 +21,9 @@
 #define DEFAULT_ITERATIONS 2000
 #define DEFAULT_OPS        400
 #define MAX_ITEMS          128
+#define DEFAULT_WIDE       40
+#define WIDE_ITEMS         12000 /* past a slice of 8192 (src/hwt.c) */
+#define WIDE_OPS           80
 
 static int64_t far_clock;
 
@@ -90,10 +97,11 @@ static int parse_u64(const char *s, uint64_t *out)
 
 int main(int argc, char **argv)
 {
-    uint64_t seed, iterations = DEFAULT_ITERATIONS, ops = DEFAULT_OPS;
-    if (argc > 4 || (argc > 1 && parse_u64(argv[1], &seed)) ||
-        (argc > 2 && parse_u64(argv[2], &iterations)) || (argc > 3 && parse_u64(argv[3], &ops))) {
-        fprintf(stderr, "usage: %s [SEED [ITERATIONS [OPS]]]\n", argv[0]);
+    uint64_t seed, iterations = DEFAULT_ITERATIONS, ops = DEFAULT_OPS, wide = DEFAULT_WIDE;
+    if (argc > 5 || (argc > 1 && parse_u64(argv[1], &seed)) ||
+        (argc > 2 && parse_u64(argv[2], &iterations)) || (argc > 3 && parse_u64(argv[3], &ops)) ||
+        (argc > 4 && parse_u64(argv[4], &wide))) {
+        fprintf(stderr, "usage: %s [SEED [ITERATIONS [OPS [WIDE]]]]\n", argv[0]);
         return 2;
     }
     if (argc < 2) {
@@ -101,8 +109,9 @@ int main(int argc, char **argv)
         clock_gettime(CLOCK_REALTIME, &ts);
         seed = (uint64_t)ts.tv_sec * 1000003u ^ (uint64_t)ts.tv_nsec;
     }
-    printf("model_test: seed %" PRIu64 ", %" PRIu64 " iterations of up to %" PRIu64 " operations\n",
-           seed, iterations, ops);
+    printf("model_test: seed %" PRIu64 ", %" PRIu64 " iterations of up to %" PRIu64
+           " operations, %" PRIu64 " wide runs of %d items\n",
+           seed, iterations, ops, wide, WIDE_ITEMS);
     fflush(stdout);
     m_totals totals = {0};
     for (uint64_t i = 0; i < iterations; i++) {
@@ -111,13 +120,21 @@ int main(int argc, char **argv)
                  ops);
         m_source src;
         m_source_seed(&src, seed + i);
-        m_run_sequence(&src, what, MAX_ITEMS, (size_t)ops, &totals);
+        m_run_sequence(&src, what, MAX_ITEMS, (size_t)ops, false, &totals);
+    }
+    for (uint64_t j = 0; j < wide; j++) {
+        char what[96];
+        snprintf(what, sizeof(what), "reproduce with: model_test %" PRIu64 " 0 0 1", seed + j);
+        m_source src;
+        m_source_seed(&src, seed + j);
+        m_run_sequence(&src, what, WIDE_ITEMS, WIDE_OPS, true, &totals);
     }
     printf("model_test: %" PRIu64 " runs agree with the model: %" PRIu64 " steps, %" PRIu64
            " advances, %" PRIu64 " scheduled, %" PRIu64 " expired, %" PRIu64 " cancelled, %" PRIu64
            " rejected, %" PRIu64 " returned or released by stop, %" PRIu64 " resets, %" PRIu64
-           " periodic runs re-armed\n",
+           " periodic runs re-armed; at most %" PRIu64 " expired in one tick\n",
            totals.runs, totals.steps, totals.advances, totals.scheduled, totals.expired,
-           totals.cancelled, totals.rejected, totals.returned, totals.resets, totals.reruns);
+           totals.cancelled, totals.rejected, totals.returned, totals.resets, totals.reruns,
+           totals.largest_tick);
     return far_walks();
 }
