@@ -100,18 +100,15 @@ static bool advance_to(TimerObject *self, int64_t target, double carry, PyObject
     return true;
 }
 
-/* Reads advance()'s argument as whole ns, and in *carry what is left of
-   it and of the advances before (below a ns), for the next advance to go
-   on from: three advance(1 / 3) reach 1.0, as the seconds add up.
-   Returns 0 or -1 with TypeError or ValueError (a negative, NaN or
-   infinite one, or past 64-bit ns). */
-static int parse_advance(TimerObject *self, PyObject *obj, int64_t *ns, double *carry)
+/* Turns `seconds` into whole ns from the clock as it is now, and in
+   *carry what is left of them and of the advances before (below a ns),
+   for the next advance to go on from: three advance(1 / 3) reach 1.0, as
+   the seconds add up.  Runs no Python code and sets no exception, so that
+   a caller holding advance_lock checks against the clock it will move.
+   Returns false for a negative, NaN or infinite one, or one past 64-bit
+   ns (refuse_advance() says so). */
+static bool advance_ns(TimerObject *self, double seconds, int64_t *ns, double *carry)
 {
-    double seconds;
-    /* an int too large for a double is out of range, as 1e300 is */
-    if (hwtimer_parse_seconds(self->module_state, obj, "seconds", &seconds) < 0 &&
-        hwtimer_huge_seconds(obj, &seconds) < 0)
-        return -1;
     int64_t now = atomic_load(&self->manual_now);
     double exact = seconds * 1e9 + self->manual_carry;
     double x = nearbyint(exact);
@@ -121,14 +118,33 @@ static int parse_advance(TimerObject *self, PyObject *obj, int64_t *ns, double *
     /* the clock stays below HWT_NEVER, the core's "never": exactly, so
        that a deadline it can reach is one advance() reaches too */
     if (!(seconds >= 0) || !(x < 0x1p63) ||
-        __builtin_add_overflow(now, (int64_t)x, &target) || target == HWT_NEVER) {
-        return hwtimer_value_error("seconds must be >= 0 and finite (and keep the clock within "
-                                   "64-bit nanoseconds)",
-                                   obj);
-    }
+        __builtin_add_overflow(now, (int64_t)x, &target) || target == HWT_NEVER)
+        return false;
     *ns = (int64_t)x;
     *carry = exact - x;
-    return 0;
+    return true;
+}
+
+/* Sets the ValueError for an advance of `obj` that advance_ns() refused.
+   Returns -1. */
+static int refuse_advance(PyObject *obj)
+{
+    return hwtimer_value_error("seconds must be >= 0 and finite (and keep the clock within "
+                               "64-bit nanoseconds)",
+                               obj);
+}
+
+/* Reads advance()'s argument into *seconds (which may run Python code: a
+   __float__), and into *ns and *carry as advance_ns() does.  Returns 0 or
+   -1 with TypeError or ValueError. */
+static int parse_advance(TimerObject *self, PyObject *obj, double *seconds, int64_t *ns,
+                         double *carry)
+{
+    /* an int too large for a double is out of range, as 1e300 is */
+    if (hwtimer_parse_seconds(self->module_state, obj, "seconds", seconds) < 0 &&
+        hwtimer_huge_seconds(obj, seconds) < 0)
+        return -1;
+    return advance_ns(self, *seconds, ns, carry) ? 0 : refuse_advance(obj);
 }
 
 /* Takes advance_lock for `what`, with no Ctrl-C noted yet.  Returns 0, or
@@ -170,9 +186,18 @@ static PyObject *manual_advance(TimerObject *self, PyObject *arg)
         return NULL;
     }
     int64_t delta;
-    double carry;
-    if (parse_advance(self, arg, &delta, &carry) < 0 || advance_lock(self, "advance()") < 0)
+    double seconds, carry;
+    if (parse_advance(self, arg, &seconds, &delta, &carry) < 0 ||
+        advance_lock(self, "advance()") < 0)
         return NULL;
+    /* Refused above before any wait; read again now that the lock is held,
+       from the clock and carry that another thread's advance() may have
+       moved meanwhile. */
+    if (!advance_ns(self, seconds, &delta, &carry)) {
+        advance_unlock(self); /* no task ran: it raises nothing */
+        refuse_advance(arg);
+        return NULL;
+    }
     ran_count ran;
     count_start(self, &ran);
     advance_to(self, atomic_load(&self->manual_now) + delta, carry, NULL, &ran);
@@ -188,8 +213,8 @@ static PyObject *manual_advance(TimerObject *self, PyObject *arg)
 static PyObject *manual_target(TimerObject *self, PyObject *arg)
 {
     int64_t delta;
-    double carry;
-    if (parse_advance(self, arg, &delta, &carry) < 0)
+    double seconds, carry;
+    if (parse_advance(self, arg, &seconds, &delta, &carry) < 0)
         return NULL;
     return Py_BuildValue("(Ld)", (long long)(atomic_load(&self->manual_now) + delta), carry);
 }

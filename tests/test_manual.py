@@ -647,11 +647,12 @@ def test_advances_from_several_threads_run_each_task_once(manual: ManualTimer) -
 
 
 def _start_a_held_advance(
-    manual: ManualTimer,
+    manual: ManualTimer, seconds: float = 1
 ) -> tuple[threading.Thread, threading.Event, list[object], Timeout]:
-    """Starts manual.advance(1) in a thread, where a task holds it until
-    the event returned is set.  Returns that thread, the event, a list the
-    task appends "slow" to as it ends, and a timeout left pending after."""
+    """Starts manual.advance(seconds) in a thread, where a task due at 0.01
+    holds it until the event returned is set.  Returns that thread, the
+    event, a list the task appends "slow" to as it ends, and a timeout left
+    pending after."""
     started, release = threading.Event(), threading.Event()
     finished: list[object] = []
 
@@ -662,10 +663,62 @@ def _start_a_held_advance(
 
     manual.new_timeout(slow, 0.01)
     pending = manual.new_timeout(noop, 5)
-    thread = threading.Thread(target=manual.advance, args=(1,))
+    thread = threading.Thread(target=manual.advance, args=(seconds,))
     thread.start()
     assert started.wait(10)
     return thread, release, finished, pending
+
+
+def _advance_behind(manual: ManualTimer, seconds: float) -> tuple[list[object], threading.Thread]:
+    """Calls manual.advance(seconds) in a thread while a held advance holds
+    the timer, so that it waits.  Returns a list that gets what it returns
+    or raises, and the thread."""
+    outcome: list[object] = []
+
+    def advance() -> None:
+        try:
+            outcome.append(manual.advance(seconds))
+        except ValueError as exc:
+            outcome.append(exc)
+
+    behind = threading.Thread(target=advance)
+    behind.start()
+    behind.join(0.2)  # past its reading of the seconds, waiting for `held`
+    assert behind.is_alive()
+    return outcome, behind
+
+
+def test_an_advance_that_waited_is_checked_against_the_clock_it_moves(
+    manual: ManualTimer,
+) -> None:
+    # held at 0.01 s until it goes on to 1 s: from 0.01 these seconds keep
+    # the clock within 64-bit ns, from 1 s they would wrap it to negative
+    held, release, _, pending = _start_a_held_advance(manual)
+    outcome, behind = _advance_behind(manual, (2**63 - 0.5e9) / 1e9)
+    release.set()
+    held.join(10)
+    behind.join(10)
+    assert [type(o) for o in outcome] == [ValueError]
+    assert manual.time() == 1.0
+    assert manual.pending_timeouts() == 1 and not pending.is_expired()
+
+
+def test_advances_that_wait_for_each_other_add_up_as_their_seconds_do(
+    manual: ManualTimer, make_manual: Callable[..., ManualTimer]
+) -> None:
+    """Two advance(1 / 3) from two threads, one waiting for the other, move
+    the clock as two in turn do: what is left below a ns goes on from the
+    first to the second, though the second read its seconds first."""
+    held, release, _, _ = _start_a_held_advance(manual, 1 / 3)
+    outcome, behind = _advance_behind(manual, 1 / 3)
+    release.set()
+    held.join(10)
+    behind.join(10)
+    in_turn = make_manual()
+    in_turn.advance(1 / 3)
+    in_turn.advance(1 / 3)
+    assert outcome == [0]
+    assert manual.time() == in_turn.time() == 0.666666667
 
 
 def test_stop_waits_for_an_advance_in_another_thread(manual: ManualTimer) -> None:
