@@ -219,8 +219,16 @@ void hwtimer_loop_sinks_stop_periodic(TimerObject *timer, PyObject *list)
        RUNNING_RESET), off the wheel, so stop()'s sweep missed it.  So is
        a call_later() one reset after it was handed over and before it
        ran: it is pending again.  One still RUNNING was handed over before
-       the stop and runs.  Nothing here runs Python, so the lists stay as
-       they are meanwhile. */
+       the stop and runs.  Nothing in the walk runs Python, so the lists
+       stay as they are meanwhile.  Handing an owned deadline to its loop
+       does (is_closed(), call_soon_threadsafe()), and it may lose its last
+       reference there: those are held in `moved`, and handed over after
+       the walk.  `moved` is made first: a collection in PyList_New() runs
+       finalizers. */
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyObject *moved = PyList_New(0);
+    PyErr_Clear(); /* out of memory: those deadlines are only cancelled */
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(timer->loop_sinks); i++) {
         LoopSinkObject *s = sink_at(timer->loop_sinks, i);
         for (LoopTimeoutObject *to = s ? s->timeouts : NULL; to; to = to->sink_next) {
@@ -228,13 +236,21 @@ void hwtimer_loop_sinks_stop_periodic(TimerObject *timer, PyObject *list)
             if (to->period == 0 && state == HWT_RUNNING_RESET && to->owned) {
                 /* the library's own deadline (a scope's, a sleep's): it
                    goes on on the loop, as one stop() swept does */
-                if (hwt_timeout_cancel(&to->base.node) == HWT_OK && to->on_stop)
-                    hwtimer_loop_timeout_stopped(to);
+                if (hwt_timeout_cancel(&to->base.node) == HWT_OK && to->on_stop && moved &&
+                    PyList_Append(moved, (PyObject *)to) < 0)
+                    PyErr_Clear();
             } else if (state == HWT_RUNNING_RESET || (to->period != 0 && state == HWT_RUNNING)) {
                 hwtimer_stop_delivered(&to->base, list);
             }
         }
     }
+    PyErr_Restore(type, value, tb);
+    for (Py_ssize_t i = 0; moved && i < PyList_GET_SIZE(moved); i++) {
+        LoopTimeoutObject *to = (LoopTimeoutObject *)PyList_GET_ITEM(moved, i);
+        if (to->on_stop) /* else its owner has cancelled it meanwhile */
+            hwtimer_loop_timeout_stopped(to);
+    }
+    Py_XDECREF(moved);
 }
 
 /* ---- running callbacks in the loop's thread ---- */

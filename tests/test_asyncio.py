@@ -37,6 +37,7 @@ from conftest import (
     IntFloatsOtherwise,
     event_loop,
     give_deadline_holding_loop,
+    run_python,
 )
 
 import hwtimer
@@ -266,6 +267,62 @@ def test_stop_returns_a_call_later_reset_after_handover(run: Any) -> None:
             assert _counts(timer) == (1, 1, 0)
 
     run(main)
+
+
+# A sleep()'s deadline (timer._call_later_on_stop()), handed to its loop
+# and reset, so pending again, when stop() comes: stop() cancels it and
+# hands it back to the loop, calling is_closed() and call_soon_threadsafe(),
+# Python code.  Here is_closed() lets go of both references to it (its
+# holder's and, through the sink's run, the wheel's) before stop() is done
+# with the loops' lists.
+_STOP_HANDS_BACK_A_DEADLINE = """
+import asyncio, gc, time
+import hwtimer
+
+class Loop(asyncio.SelectorEventLoop):
+    runs, on_is_closed = [], []
+
+    def add_reader(self, fd, callback, *args):
+        self.runs.append(callback)  # the timer's sink's run
+        return super().add_reader(fd, callback, *args)
+
+    def is_closed(self):
+        while self.on_is_closed:
+            self.on_is_closed.pop()()
+        return super().is_closed()
+
+timer = hwtimer.HashedWheelTimer(tick_duration=0.001)
+loop = Loop()
+held = []
+
+async def main():
+    held.append(timer._call_later_on_stop(lambda remaining: None, 0.001, print, "ran"))
+    end = time.monotonic() + 30
+    while timer.stats()["expired"] < 1 and time.monotonic() < end:
+        time.sleep(0.005)  # the loop's thread blocked: handed over, not run
+    assert held[0].reset(30) is True
+    assert len(Loop.runs) == 1
+
+    def let_go():
+        held.clear()
+        Loop.runs[0]()  # the sink finds it cancelled and lets it go
+        gc.collect()
+
+    Loop.on_is_closed.append(let_go)
+    print("stop", timer.stop())
+
+loop.run_until_complete(main())
+loop.close()
+print("done")
+"""
+
+
+def test_stop_survives_a_deadline_let_go_while_it_hands_it_back() -> None:
+    # PYTHONMALLOC=debug fills freed memory: a read of the deadline after
+    # its release crashes
+    proc = run_python(_STOP_HANDS_BACK_A_DEADLINE, env={"PYTHONMALLOC": "debug"})
+    assert proc.returncode == 0, (proc.returncode, proc.stdout, proc.stderr[-2000:])
+    assert proc.stdout.split() == ["stop", "[]", "done"]
 
 
 def test_call_later_cancel_lets_go_of_the_arguments(run: Any) -> None:
