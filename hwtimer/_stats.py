@@ -23,6 +23,7 @@ class Stats(TypedDict):
     scheduled: int
     expired: int
     cancelled: int
+    taken_back: int  # call_later() callbacks taken back from their loop unrun: out of expired
     rejected: int
     task_errors: int
     ticks: int

@@ -69,12 +69,14 @@ class Figure:
     unit: str  # OpenTelemetry's unit: "s" for seconds, "{thing}" for counts
     help: str
     level_key: str | None = None  # per level: this key of each stats()["levels"] dict
+    plus: str | None = None  # a stats() key whose value is added to key's
 
     def observations(self, stats: Stats) -> Iterator[tuple[dict[str, str], float]]:
         """Yields (labels beyond ``timer``, value) for this figure of one
         timer: one value, or one per level of the wheel."""
         if self.level_key is None:
-            yield {}, stats[self.key]  # type: ignore[literal-required]
+            extra = stats[self.plus] if self.plus else 0  # type: ignore[literal-required]
+            yield {}, stats[self.key] + extra  # type: ignore[literal-required]
             return
         for level, figures in enumerate(stats["levels"]):
             yield {"level": str(level)}, figures[self.level_key]  # type: ignore[literal-required]
@@ -94,8 +96,16 @@ class Quantiles:
 FIGURES: tuple[Figure, ...] = (
     Figure("scheduled", "timeouts.scheduled", COUNTER, False, "{timeout}",
            "Timeouts accepted by new_timeout() and call_later()."),
+    # stats()["expired"] counts a call_later() callback from its handover to
+    # its loop, and no longer if a cancel or reset takes it back before it
+    # runs: a counter must never go down, so the take-backs are added back
     Figure("expired", "timeouts.expired", COUNTER, False, "{timeout}",
-           "Timeouts that fired, tasks that raised included."),
+           "Timeouts that fired, tasks that raised included; a call_later() callback"
+           " at each handover to its loop, also if a cancel or reset then took it back"
+           " unrun (timeouts.taken_back counts those).", plus="taken_back"),
+    Figure("taken_back", "timeouts.taken_back", COUNTER, False, "{timeout}",
+           "call_later() callbacks handed to their loop that a cancel or reset took back"
+           " before they ran."),
     Figure("cancelled", "timeouts.cancelled", COUNTER, False, "{timeout}",
            "Timeouts cancelled, each counted when its cancel() returns (or by stop())."),
     Figure("rejected", "timeouts.rejected", COUNTER, False, "{timeout}",

@@ -161,6 +161,7 @@ PyObject *hwtimer_timer_stats(TimerObject *self, PyObject *unused)
         put(d, "scheduled", PyLong_FromUnsignedLongLong(s.scheduled)) < 0 ||
         put(d, "expired", PyLong_FromUnsignedLongLong(s.expired)) < 0 ||
         put(d, "cancelled", PyLong_FromUnsignedLongLong(s.cancelled)) < 0 ||
+        put(d, "taken_back", PyLong_FromUnsignedLongLong(s.revoked)) < 0 ||
         put(d, "rejected", PyLong_FromUnsignedLongLong(s.rejected)) < 0 ||
         put(d, "task_errors", PyLong_FromUnsignedLongLong(self->task_errors)) < 0 ||
         put(d, "ticks", PyLong_FromUnsignedLongLong(s.ticks)) < 0 ||

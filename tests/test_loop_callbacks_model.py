@@ -134,6 +134,9 @@ programs = st.lists(ops, max_size=30)
 
 # ---- the model ----
 
+#: The stats() counts the model follows.
+COUNTED = ("scheduled", "expired", "cancelled", "task_errors", "taken_back")
+
 
 @dataclass
 class Item:
@@ -158,11 +161,7 @@ class Model:
     start: int | None = None
     items: list = field(default_factory=list)
     orders: dict = field(default_factory=lambda: {"queue": 0, "reset": 0, "seq": 0})
-    stats: dict = field(
-        default_factory=lambda: dict.fromkeys(
-            ["scheduled", "expired", "cancelled", "task_errors"], 0
-        )
-    )
+    stats: dict = field(default_factory=lambda: dict.fromkeys(COUNTED, 0))
     trace: list = field(default_factory=list)
     errors: list = field(default_factory=list)
 
@@ -222,6 +221,7 @@ class Model:
         if it.state == "handed" and not it.spec.every:
             it.expired = False  # handed over, not run: cancelled instead
             self.stats["expired"] -= 1
+            self.stats["taken_back"] += 1
         if it.state != "running":
             it.state = "done"
         else:
@@ -241,6 +241,7 @@ class Model:
             if not it.spec.every:
                 it.expired = False  # pending again
                 self.stats["expired"] -= 1
+                self.stats["taken_back"] += 1
         elif it.state == "running":
             it.reset_in_run = True
         return True
@@ -484,7 +485,7 @@ def run_real(program: list) -> tuple[list, list, list]:
                 n = await timer.advance_async(op[1] / 1e6)
                 log.append(("advanced", n, ns(timer.time())))
                 stats = timer.stats()
-                counts = {k: stats[k] for k in ("scheduled", "expired", "cancelled", "task_errors")}
+                counts = {k: stats[k] for k in COUNTED}
                 log.append(("stats", stats["pending"], counts))
             elif kind == "start":
                 timer.start()

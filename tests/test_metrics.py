@@ -4,6 +4,7 @@ on loopback, generate_latest, the OpenTelemetry SDK's in-memory reader)."""
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import re
 import subprocess
@@ -18,6 +19,7 @@ from conftest import DEADLINE, run_python, wait_for
 
 import hwtimer
 from hwtimer import metrics
+from hwtimer.testing import ManualTimer
 
 prometheus_client = pytest.importorskip("prometheus_client")
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
@@ -28,6 +30,7 @@ COUNTERS = {
     "hwtimer_timeouts_scheduled": "scheduled",
     "hwtimer_timeouts_expired": "expired",
     "hwtimer_timeouts_cancelled": "cancelled",
+    "hwtimer_timeouts_taken_back": "taken_back",
     "hwtimer_timeouts_rejected": "rejected",
     "hwtimer_task_errors": "task_errors",
     "hwtimer_worker_ticks": "ticks",
@@ -54,6 +57,7 @@ OTEL = {
     "hwtimer.timeouts.scheduled": ("scheduled", "counter", "{timeout}"),
     "hwtimer.timeouts.expired": ("expired", "counter", "{timeout}"),
     "hwtimer.timeouts.cancelled": ("cancelled", "counter", "{timeout}"),
+    "hwtimer.timeouts.taken_back": ("taken_back", "counter", "{timeout}"),
     "hwtimer.timeouts.rejected": ("rejected", "counter", "{timeout}"),
     "hwtimer.task.errors": ("task_errors", "counter", "{task}"),
     "hwtimer.worker.ticks": ("ticks", "counter", "{tick}"),
@@ -288,6 +292,59 @@ def test_cancels_count_when_cancel_returns(make_timer, registry):
     assert "cancel()" in family.documentation
 
 
+def take_back_a_handover(
+    read: Callable[[hwtimer.HashedWheelTimer], dict[str, float]],
+) -> list[dict[str, float]]:
+    """Hands two call_later() callbacks of a ManualTimer to a loop that
+    does not run them, takes one back with a cancel and the other with a
+    reset, and returns what `read` (the exported expired, taken_back and
+    cancelled) gave after each step: stats()["expired"] goes 2, 1, 0."""
+    loop = asyncio.new_event_loop()
+    timer = ManualTimer()
+    try:
+        seen = [read(timer)]
+        cancelled = timer.call_later(1, print, "never", loop=loop)
+        reset = timer.call_later(1, print, "never", loop=loop)
+        timer.advance(1)  # handed to the loop, not run
+        seen.append(read(timer))
+        assert cancelled.cancel() and timer.stats()["expired"] == 1
+        seen.append(read(timer))
+        assert reset.reset(60) and timer.stats()["expired"] == 0
+        seen.append(read(timer))
+    finally:
+        timer.stop()
+        loop.close()
+    return seen
+
+
+# what each step of take_back_a_handover() exports: expired never goes down
+TAKEN_BACK = [
+    {"expired": 0, "taken_back": 0, "cancelled": 0},
+    {"expired": 2, "taken_back": 0, "cancelled": 0},
+    {"expired": 2, "taken_back": 1, "cancelled": 1},
+    {"expired": 2, "taken_back": 2, "cancelled": 1},
+]
+
+
+def test_expired_total_never_goes_down(registry):
+    """A call_later() callback taken back from its loop unrun leaves
+    stats()["expired"]; a counter must not go down (Prometheus would read
+    a reset), so expired_total keeps it and taken_back_total counts it."""
+
+    registered: list[object] = []
+
+    def read(timer: hwtimer.HashedWheelTimer) -> dict[str, float]:
+        if not registered:
+            registered.append(metrics.register_prometheus(timer, registry=registry))
+        label = {"timer": timer.thread_name}
+        return {
+            key: registry.get_sample_value(f"hwtimer_timeouts_{key}_total", label)
+            for key in ("expired", "taken_back", "cancelled")
+        }
+
+    assert take_back_a_handover(read) == TAKEN_BACK
+
+
 def test_a_timer_gone_drops_out(registry):
     kept = hwtimer.HashedWheelTimer(0.01, 64, thread_name="kept")
     gone = hwtimer.HashedWheelTimer(0.01, 64, thread_name="gone")
@@ -435,6 +492,23 @@ def test_otel_follows_the_timer(make_timer, otel_reader):
         return otel_metrics(reader)["hwtimer.timeouts.pending"].data.data_points[0].value
 
     check_pending_follows(timer, pending)
+
+
+def test_otel_expired_never_goes_down(otel_reader):
+    meter, reader = otel_reader
+    registered: list[object] = []
+
+    def read(timer: hwtimer.HashedWheelTimer) -> dict[str, float]:
+        if not registered:
+            registered.append(metrics.register_otel(meter, timer))
+        found = otel_metrics(reader)
+        assert found["hwtimer.timeouts.expired"].data.is_monotonic
+        return {
+            key: found[f"hwtimer.timeouts.{key}"].data.data_points[0].value
+            for key in ("expired", "taken_back", "cancelled")
+        }
+
+    assert take_back_a_handover(read) == TAKEN_BACK
 
 
 def test_otel_bad_timers(make_timer, otel_reader):
