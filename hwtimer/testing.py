@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Iterator
 from datetime import timedelta
-from typing import Any, SupportsFloat, SupportsIndex, TypeVar, Union
+from typing import TYPE_CHECKING, Any, SupportsFloat, SupportsIndex, TypeVar, Union
 
 from . import _default
 from ._hwtimer import HashedWheelTimer, _follow_loop_time, _ManualTimer
@@ -52,6 +52,16 @@ class ManualTimer(_ManualTimer):
     """
 
     task_errors: list[BaseException]
+
+    if not TYPE_CHECKING:  # a checker would take any attribute for one then
+
+        def __getattr__(self, name: str) -> Any:
+            # reached only for what is not there: task_errors, when a
+            # subclass's __init__ did not call this one's (its timer gets
+            # the default settings, and its list on first use)
+            if name == "task_errors":
+                return self.__dict__.setdefault("task_errors", [])
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def __init__(
         self,

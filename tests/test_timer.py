@@ -401,6 +401,22 @@ def test_a_subclass_init_of_its_own_signature_takes_its_own_arguments() -> None:
             self.tick = tick  # the base's __init__ is not called
 
     assert Unset(0.5).tick_duration == 0.1  # the default
+
+    class Quiet(ManualTimer):
+        def __init__(self, name: str) -> None:
+            self.name = name  # the base's __init__ is not called
+
+    def fails(_timeout: object) -> None:
+        raise LookupError("the task failed")
+
+    quiet = Quiet("q")
+    assert quiet.task_errors == []  # the list a ManualTimer lists its tasks' errors in
+    quiet.new_timeout(fails, 0.01)
+    with pytest.raises(AttributeError, match="'Quiet' object has no attribute 'nmae'"):
+        quiet.nmae  # noqa: B018
+    assert quiet.advance(0.01) == 1
+    assert [type(e) for e in quiet.task_errors] == [LookupError]
+    quiet.stop()
     # what its __init__ hands on is checked, and a clamped tick warned of, once
     with pytest.raises(ValueError, match="tick_duration"):
         Service("bad", tick=-1)
