@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -199,6 +200,16 @@ def use_timer(timer: _Timer) -> Iterator[_Timer]:
 
 _follow_lock = threading.Lock()
 _follow_depth = 0
+
+
+def _follow_lock_in_child() -> None:
+    # a thread of the parent may have held it at the fork, and that thread
+    # is not in the child to let it go
+    global _follow_lock
+    _follow_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_follow_lock_in_child)
 
 
 @contextlib.contextmanager

@@ -1140,6 +1140,42 @@ def test_fork_while_another_thread_advances_a_manual_timer() -> None:
     assert proc.stdout == "0 []\n", proc.stderr
 
 
+def test_fork_while_another_thread_switches_follow_loop_time() -> None:
+    # A thread inside follow_loop_time()'s switch at the fork holds its lock
+    # in the parent and does not come along: the child still switches.
+    code = (
+        FORK_PRELUDE
+        + """
+    from hwtimer import testing
+
+    inside, leave = threading.Event(), threading.Event()
+
+    def switching():
+        with testing._follow_lock:  # where follow_loop_time() switches
+            inside.set()
+            leave.wait(10)
+
+    thread = threading.Thread(target=switching)
+    thread.start()
+    assert inside.wait(10)
+    pid = os.fork()
+    if pid == 0:
+        with reported():
+            with testing.follow_loop_time():
+                pass
+        sys.stderr.flush()
+        os._exit(child_status())
+    status = wait_child(pid, timeout=10)
+    leave.set()
+    thread.join()
+    print(status, flush=True)
+"""
+    )
+    proc = run_python(code, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "0\n", proc.stderr
+
+
 # ---- task references ----
 
 
