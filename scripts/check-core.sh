@@ -10,6 +10,8 @@
 #      back keeping its timeouts, under ASan+UBSan,
 #      tests/c/reset_wake_test.c, a reset made as the worker is about
 #      to sleep (held there by its clock read), under ASan+UBSan,
+#      tests/c/default_close_test.c, expiries for a closed default sink
+#      released, under ASan+UBSan,
 #      and tests/c/fork_take_test.c, fork() as a consumer takes from a
 #      sink (the child finds what it took), under ASan+UBSan;
 #   3. tests/c/walk_race_test.c, a walk of the wheel (hwt_timer_soonest)
@@ -87,6 +89,10 @@ timeout 300 "$work/fault_asan"
 step "reset wake test under ASan+UBSan ($backend backend)"
 build reset_asan reset_wake_test.c "${ASAN[@]}" -ldl
 timeout 300 "$work/reset_asan"
+
+step "default sink close test under ASan+UBSan ($backend backend)"
+build default_close_asan default_close_test.c "${ASAN[@]}"
+timeout 60 "$work/default_close_asan"
 
 step "fork take test under ASan+UBSan ($backend backend)"
 build fork_take_asan fork_take_test.c "${ASAN[@]}"

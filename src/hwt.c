@@ -404,6 +404,18 @@ static void publish_released(hwt_timer *t)
     wake_for_released(&t->default_sink);
 }
 
+/* A closed sink's consumer is gone: what publish_batch() handed back is
+   released instead. */
+static void release_undelivered(hwt_timer *t, hwt_timeout *to)
+{
+    for (hwt_timeout *n; to; to = n) {
+        n = hwt_timeout_of(to->link.next);
+        if (hwt_timeout_delivered_running(to))
+            hwt_timeout_finish(to, HWT_CANCELLED); /* it will not run (again) */
+        deliver(t, to, &t->released);
+    }
+}
+
 static void publish_batches(hwt_timer *t)
 {
     hwt_sink *s = t->batch_sinks;
@@ -411,17 +423,11 @@ static void publish_batches(hwt_timer *t)
     while (s) {
         hwt_sink *next = s->batch_next;
         s->in_batch = false;
-        /* a closed sink's consumer is gone: they are released instead */
-        for (hwt_timeout *to = publish_batch(s), *n; to; to = n) {
-            n = hwt_timeout_of(to->link.next);
-            if (hwt_timeout_delivered_running(to))
-                hwt_timeout_finish(to, HWT_CANCELLED); /* it will not run (again) */
-            deliver(t, to, &t->released);
-        }
+        release_undelivered(t, publish_batch(s));
         s = next;
     }
     if (t->default_sink.batch_head)
-        publish_batch(&t->default_sink);
+        release_undelivered(t, publish_batch(&t->default_sink));
     if (t->released.batch_head)
         publish_released(t);
 }

@@ -201,6 +201,13 @@ def test_a_reset_wakes_a_worker_about_to_sleep(tmp_path: Path, backend: str) -> 
     assert "after its new deadline" in proc.stdout
 
 
+@backends
+def test_expiries_for_a_closed_default_sink_are_released(tmp_path: Path, backend: str) -> None:
+    exe = build(tmp_path, "default_close_test.c", backend=backend)
+    proc = run([str(exe)], timeout=60)
+    assert "are released" in proc.stdout
+
+
 def tsan_works(tmp_path: Path) -> bool:
     """Whether the C compiler builds and runs a -fsanitize=thread program."""
     src = tmp_path / "probe.c"
