@@ -20,6 +20,9 @@
 #      walks the wheel (each timeout found once), under TSan;
 #      tests/c/stress_core.c, the real worker thread with concurrent
 #      producers, consumers and stop() races, under TSan, then ASan+UBSan;
+#      tests/c/close_race_test.c, a sink closed mid-stream, the timer
+#      taken back and started again, and periodic take-backs, each among
+#      concurrent cancels and resets, under TSan, then ASan+UBSan;
 #   4. tests/c/fuzz_core.c under libFuzzer (+ASan+UBSan) for FUZZ_SECONDS,
 #      when clang with libFuzzer is there; otherwise a note says it was
 #      skipped.
@@ -113,6 +116,12 @@ timeout 900 "$work/stress_tsan" "$SEED" "$STRESS_ROUNDS"
 step "stress test under ASan+UBSan (seed $SEED, $backend backend)"
 build stress_asan stress_core.c "${ASAN[@]}"
 timeout 900 "$work/stress_asan" "$SEED" "$STRESS_ROUNDS"
+
+step "close race test under TSan, then ASan+UBSan (seed $SEED, $backend backend)"
+build close_race_tsan close_race_test.c -fsanitize=thread
+timeout 300 "$work/close_race_tsan" "$SEED" "$STRESS_ROUNDS"
+build close_race_asan close_race_test.c "${ASAN[@]}"
+timeout 300 "$work/close_race_asan" "$SEED" "$STRESS_ROUNDS"
 
 if [ "$FUZZ_SECONDS" = 0 ]; then
     step "fuzzer skipped (FUZZ_SECONDS=0)"

@@ -192,6 +192,13 @@ def test_core_under_concurrent_use(tmp_path: Path, backend: str) -> None:
 
 
 @backends
+def test_core_in_close_unstart_and_take_back_races(tmp_path: Path, backend: str) -> None:
+    exe = build(tmp_path, "close_race_test.c", backend=backend)
+    proc = run([str(exe), str(random.randrange(2**32)), "3"], timeout=300)
+    assert "passed" in proc.stdout
+
+
+@backends
 def test_a_reset_wakes_a_worker_about_to_sleep(tmp_path: Path, backend: str) -> None:
     """A reset to a sooner deadline, made after the worker took the timeout
     into the wheel and before it published how long it sleeps, is not left
