@@ -22,6 +22,7 @@
  */
 #define _GNU_SOURCE
 #include "hwt.h"
+#include "test_util.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -39,14 +40,6 @@ static _Atomic int failures;
         }                                                                                          \
     } while (0)
 
-static uint64_t rnd(uint64_t *x)
-{
-    uint64_t z = (*x += UINT64_C(0x9e3779b97f4a7c15));
-    z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-    z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
-    return z ^ (z >> 31);
-}
-
 static void *checked(void *p)
 {
     if (!p) {
@@ -62,12 +55,6 @@ static void start(pthread_t *th, void *(*fn)(void *), void *arg)
         fprintf(stderr, "close_race_test: pthread_create failed\n");
         exit(1);
     }
-}
-
-static void sleep_ns(int64_t ns)
-{
-    struct timespec ts = {(time_t)(ns / 1000000000), (long)(ns % 1000000000)};
-    nanosleep(&ts, NULL);
 }
 
 /* ---- close ---- */
@@ -101,7 +88,7 @@ static void *c_consumer(void *arg)
 {
     c_shared *sh = arg;
     uint64_t rng = sh->seed ^ 0xc0;
-    int64_t close_after = (int64_t)(rnd(&rng) % (C_ITEMS / 2));
+    int64_t close_after = (int64_t)(t_splitmix(&rng) % (C_ITEMS / 2));
     int64_t taken = 0;
     bool finished = false;
     while (!finished) {
@@ -110,8 +97,8 @@ static void *c_consumer(void *arg)
             n = hwt_timeout_of(to->link.next);
             c_item *it = (c_item *)(void *)to;
             taken++;
-            if (rnd(&rng) % 4 == 0)
-                sleep_ns(20000);
+            if (t_splitmix(&rng) % 4 == 0)
+                t_sleep_ns(20000);
             uint32_t s = hwt_timeout_begin(to);
             if (s == HWT_EXPIRED) {
                 if (atomic_fetch_add(&it->ran, 1))
@@ -140,7 +127,7 @@ static void *c_consumer(void *arg)
     /* from here on, the released list */
     while (!atomic_load(&sh->done)) {
         c_released(sh);
-        sleep_ns(50000);
+        t_sleep_ns(50000);
     }
     return NULL;
 }
@@ -150,10 +137,10 @@ static void *c_canceller(void *arg)
     c_shared *sh = arg;
     uint64_t rng = sh->seed ^ (uint64_t)(uintptr_t)&rng;
     while (!atomic_load(&sh->done)) {
-        uint64_t r = rnd(&rng);
+        uint64_t r = t_splitmix(&rng);
         size_t n = atomic_load(&sh->scheduled);
         if (!n) {
-            sleep_ns(10000);
+            t_sleep_ns(10000);
             continue;
         }
         c_item *it = &sh->items[(r >> 16) % n];
@@ -171,7 +158,7 @@ static void *c_canceller(void *arg)
         } else if (r % 8 < 5) {
             (void)hwt_timeout_reset(&it->to, (int64_t)(r >> 24) % 2000000);
         }
-        sleep_ns((int64_t)(r >> 40) % 20000);
+        t_sleep_ns((int64_t)(r >> 40) % 20000);
     }
     return NULL;
 }
@@ -195,20 +182,20 @@ static void close_round(uint64_t seed)
     uint64_t rng = seed;
     for (size_t i = 0; i < C_ITEMS; i++) {
         sh->items[i].to.sink = &sh->sink;
-        int rc = hwt_timer_schedule(sh->t, &sh->items[i].to, (int64_t)(rnd(&rng) % 3000000));
+        int rc = hwt_timer_schedule(sh->t, &sh->items[i].to, (int64_t)(t_splitmix(&rng) % 3000000));
         if (rc != HWT_OK)
             FAIL("close: schedule %d", rc);
         atomic_store(&sh->scheduled, i + 1);
         if (i % 64 == 0)
-            sleep_ns(100000);
+            t_sleep_ns(100000);
     }
-    sleep_ns((int64_t)(rnd(&rng) % 5000000));
+    t_sleep_ns((int64_t)(t_splitmix(&rng) % 5000000));
     hwt_timeout *ret = hwt_timer_stop(sh->t);
     for (hwt_timeout *to = ret, *n; to; to = n) {
         n = hwt_timeout_of(to->link.next);
         atomic_fetch_add(&((c_item *)(void *)to)->returned, 1);
     }
-    sleep_ns(20000000);
+    t_sleep_ns(20000000);
     atomic_store(&sh->done, true);
     for (int i = 0; i < 2; i++)
         pthread_join(can[i], NULL);
@@ -270,7 +257,7 @@ static void *u_producer(void *arg)
     for (int i = 0; i < U_PER; i++) {
         u_item *it = &sh->items[a->index * U_PER + i];
         it->to.sink = hwt_timer_default_sink(sh->t);
-        uint64_t r = rnd(&rng);
+        uint64_t r = t_splitmix(&rng);
         int64_t delay = r % 5 == 0 ? INT64_C(3600000000000) : (int64_t)(r >> 8) % 3000000;
         int rc = hwt_timer_schedule(sh->t, &it->to, delay);
         if (rc == HWT_OK) {
@@ -287,7 +274,7 @@ static void *u_producer(void *arg)
             FAIL("unstart: schedule returned %d", rc);
         }
         if (i % 32 == 31)
-            sleep_ns((int64_t)(rnd(&rng) % 300000));
+            t_sleep_ns((int64_t)(t_splitmix(&rng) % 300000));
     }
     return NULL;
 }
@@ -297,7 +284,7 @@ static void *u_canceller(void *arg)
     u_shared *sh = arg;
     uint64_t rng = sh->seed ^ 0xca;
     while (!atomic_load(&sh->done)) {
-        u_item *it = &sh->items[rnd(&rng) % U_ITEMS];
+        u_item *it = &sh->items[t_splitmix(&rng) % U_ITEMS];
         if (atomic_load(&it->accepted)) {
             int c = hwt_timeout_cancel(&it->to);
             if (c == HWT_OK)
@@ -306,10 +293,10 @@ static void *u_canceller(void *arg)
                 ;
             else
                 FAIL("unstart: cancel %d", c);
-            if (rnd(&rng) % 2)
-                (void)hwt_timeout_reset(&it->to, (int64_t)(rnd(&rng) % 2000000));
+            if (t_splitmix(&rng) % 2)
+                (void)hwt_timeout_reset(&it->to, (int64_t)(t_splitmix(&rng) % 2000000));
         }
-        sleep_ns((int64_t)(rnd(&rng) % 30000));
+        t_sleep_ns((int64_t)(t_splitmix(&rng) % 30000));
     }
     return NULL;
 }
@@ -356,13 +343,13 @@ static void unstart_round(uint64_t seed)
     }
     uint64_t rng = seed;
     for (int k = 0; k < 20; k++) {
-        sleep_ns((int64_t)(rnd(&rng) % 3000000));
+        t_sleep_ns((int64_t)(t_splitmix(&rng) % 3000000));
         hwt_timer_unstart(sh->t);
-        if (rnd(&rng) % 2) { /* a look at the wheel while it is taken back */
+        if (t_splitmix(&rng) % 2) { /* a look at the wheel while it is taken back */
             hwt_occupancy occ;
             hwt_timer_occupancy(sh->t, &occ);
         }
-        sleep_ns((int64_t)(rnd(&rng) % 1000000));
+        t_sleep_ns((int64_t)(t_splitmix(&rng) % 1000000));
         int rc = hwt_timer_start(sh->t);
         if (rc != 0)
             FAIL("unstart: restart returned %d", rc);
@@ -448,13 +435,13 @@ static void *p_canceller(void *arg)
     p_shared *sh = arg;
     uint64_t rng = sh->seed ^ (uint64_t)(uintptr_t)&rng;
     while (!atomic_load(&sh->done)) {
-        p_item *it = &sh->items[rnd(&rng) % P_ITEMS];
+        p_item *it = &sh->items[t_splitmix(&rng) % P_ITEMS];
         int rc = hwt_timeout_cancel_take(&it->to);
         if (rc == HWT_OK || rc == HWT_TAKEN)
             atomic_fetch_add(&it->wins, 1);
         if (rc == HWT_TAKEN)
             atomic_fetch_add(&it->ends, 1);
-        sleep_ns((int64_t)(rnd(&rng) % 200000));
+        t_sleep_ns((int64_t)(t_splitmix(&rng) % 200000));
     }
     return NULL;
 }
@@ -471,15 +458,16 @@ static void periodic_round(uint64_t seed)
     uint64_t rng = seed;
     for (int i = 0; i < P_ITEMS; i++) {
         sh->items[i].to.sink = hwt_timer_default_sink(sh->t);
-        sh->items[i].period = 100000 + (int64_t)(rnd(&rng) % 500000);
-        if (hwt_timer_schedule_periodic(sh->t, &sh->items[i].to, 100000, (int)(rnd(&rng) % 3)))
+        sh->items[i].period = 100000 + (int64_t)(t_splitmix(&rng) % 500000);
+        int missed = (int)(t_splitmix(&rng) % 3);
+        if (hwt_timer_schedule_periodic(sh->t, &sh->items[i].to, 100000, missed))
             FAIL("periodic: schedule");
     }
     pthread_t cons[2], can;
     for (int i = 0; i < 2; i++)
         start(&cons[i], p_consumer, sh);
     start(&can, p_canceller, sh);
-    sleep_ns(50000000 + (int64_t)(rnd(&rng) % 50000000));
+    t_sleep_ns(50000000 + (int64_t)(t_splitmix(&rng) % 50000000));
     atomic_store(&sh->done, true);
     pthread_join(can, NULL);
     for (hwt_timeout *to = hwt_timer_stop(sh->t), *n; to; to = n) {

@@ -29,6 +29,7 @@
 #define HWT_MODEL_H
 
 #include "hwt.h"
+#include "test_util.h"
 
 #include <inttypes.h>
 #include <stdarg.h>
@@ -67,14 +68,6 @@ static inline void m_source_bytes(m_source *src, const uint8_t *data, size_t len
     src->len = len;
 }
 
-static inline uint64_t m_splitmix(uint64_t *x)
-{
-    uint64_t z = (*x += UINT64_C(0x9e3779b97f4a7c15));
-    z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-    z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
-    return z ^ (z >> 31);
-}
-
 /* Returns a value in [0, n); n > 0.  From bytes it reads as few as cover
    n, little-endian, and returns 0 once they have run out. */
 static uint64_t m_below(m_source *src, uint64_t n)
@@ -82,7 +75,7 @@ static uint64_t m_below(m_source *src, uint64_t n)
     if (n <= 1)
         return 0;
     if (!src->data)
-        return m_splitmix(&src->rng) % n;
+        return t_splitmix(&src->rng) % n;
     uint64_t v = 0;
     unsigned shift = 0;
     for (uint64_t span = n - 1; span; span >>= 8, shift += 8) {

@@ -40,6 +40,7 @@
  */
 #define _GNU_SOURCE
 #include "hwt.h"
+#include "test_util.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -110,21 +111,6 @@ static void fail(const char *fmt, ...)
         fputc('\n', stderr);
     }
     pthread_mutex_unlock(&report_lock);
-}
-
-static uint64_t next_rand(uint64_t *x)
-{
-    uint64_t z = (*x += UINT64_C(0x9e3779b97f4a7c15));
-    z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-    z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
-    return z ^ (z >> 31);
-}
-
-static void sleep_ns(int64_t ns)
-{
-    struct timespec ts = {(time_t)(ns / 1000000000), (long)(ns % 1000000000)};
-    while (nanosleep(&ts, &ts) == -1 && errno == EINTR)
-        ;
 }
 
 static void on_watchdog(int sig)
@@ -219,7 +205,7 @@ static void *second_consumer(void *arg)
     shared *sh = arg;
     uint64_t rng = sh->seed ^ 0x5eed;
     /* in a race round, close the sink after a random share of the work */
-    int64_t close_after = sh->cfg.race_stop ? (int64_t)(next_rand(&rng) % (NITEMS / 4)) : -1;
+    int64_t close_after = sh->cfg.race_stop ? (int64_t)(t_splitmix(&rng) % (NITEMS / 4)) : -1;
     int64_t taken = 0;
     for (;;) {
         struct pollfd p = {sh->pipe_fd[0], POLLIN, 0};
@@ -270,7 +256,7 @@ static void *ephemeral_sinks(void *arg)
         for (int i = 0; i < EPHEMERAL_TIMEOUTS; i++) {
             memset(&tos[i], 0, sizeof(tos[i]));
             tos[i].sink = s;
-            int64_t delay = (int64_t)(next_rand(&rng) % (uint64_t)(3 * sh->cfg.tick_ns));
+            int64_t delay = (int64_t)(t_splitmix(&rng) % (uint64_t)(3 * sh->cfg.tick_ns));
             int rc = hwt_timer_schedule(sh->t, &tos[i], delay);
             if (rc == HWT_OK)
                 want++;
@@ -317,7 +303,7 @@ static void *producer(void *arg)
     for (int i = 0; i < PER_PRODUCER; i++) {
         size_t idx = (size_t)pa->index * PER_PRODUCER + (size_t)i;
         item *it = &sh->items[idx];
-        uint64_t r = next_rand(&rng);
+        uint64_t r = t_splitmix(&rng);
         int64_t delay;
         switch (r % 16) {
         case 0:
@@ -354,14 +340,14 @@ static void *producer(void *arg)
             cancel_item(it, true);
         /* cancel someone's timeout, now and then */
         if ((r >> 48) % 10 < 3) {
-            size_t victim = (size_t)(next_rand(&rng) % NITEMS);
+            size_t victim = (size_t)(t_splitmix(&rng) % NITEMS);
             item *v = atomic_load_explicit(&sh->published[victim], memory_order_acquire);
             if (v)
                 cancel_item(v, (r >> 56) & 1);
         }
         /* pace: a producer runs for tens of ms, so stop() lands mid-stream */
         if (i % 16 == 15)
-            sleep_ns((int64_t)(next_rand(&rng) % 1000000));
+            t_sleep_ns((int64_t)(t_splitmix(&rng) % 1000000));
     }
     /* settle: the far ones would otherwise stay pending */
     for (int i = 0; i < PER_PRODUCER; i++) {
@@ -430,7 +416,7 @@ static void *monitor(void *arg)
             fail("counters out of range: pending %" PRId64 " expired %" PRIu64 " cancelled %" PRIu64
                  " scheduled %" PRIu64,
                  pending, st.expired, st.cancelled, st.scheduled);
-        sleep_ns(200000);
+        t_sleep_ns(200000);
     }
     return NULL;
 }
@@ -482,7 +468,7 @@ static void run_round(const round_cfg *cfg, uint64_t seed)
     hwt_timeout *returned = NULL;
     if (cfg->race_stop) {
         uint64_t rng = seed;
-        sleep_ns((int64_t)(next_rand(&rng) % 50000000));
+        t_sleep_ns((int64_t)(t_splitmix(&rng) % 50000000));
         returned = hwt_timer_stop(sh->t);
         for (int i = 0; i < PRODUCERS; i++)
             pthread_join(prod[i], NULL);
@@ -493,7 +479,7 @@ static void run_round(const round_cfg *cfg, uint64_t seed)
         /* everything fires or is cancelled: pending drains to 0 */
         int64_t give_up = hwt_monotonic_ns(NULL) + SETTLE_LIMIT_NS;
         while (hwt_timer_pending(sh->t) != 0 && hwt_monotonic_ns(NULL) < give_up)
-            sleep_ns(1000000);
+            t_sleep_ns(1000000);
         if (hwt_timer_pending(sh->t) != 0)
             fail("pending is %" PRId64 " after settling", hwt_timer_pending(sh->t));
         returned = hwt_timer_stop(sh->t);
@@ -665,9 +651,9 @@ static void ra_run(ra_shared *sh, ra_item *it, uint64_t *rng)
             fail("periodic %td: runs overlap", it - sh->items);
         int64_t start = hwt_monotonic_ns(NULL), d = hwt_timeout_deadline(&it->to);
         ra_check_run(sh, it, d, start - hwt_timer_start_time(sh->t));
-        uint64_t r = next_rand(rng);
+        uint64_t r = t_splitmix(rng);
         if (r % 8 == 0) /* a run longer than its period */
-            sleep_ns(it->period + (int64_t)(r >> 8) % (2 * it->period));
+            t_sleep_ns(it->period + (int64_t)(r >> 8) % (2 * it->period));
         if (r % 64 == 1 && hwt_timeout_reset(&it->to, (int64_t)(r >> 8) % 5000000) == HWT_OK)
             it->moved = true; /* from inside its run: moves the next one */
         atomic_fetch_sub(&it->running, 1);
@@ -679,7 +665,7 @@ static void ra_run(ra_shared *sh, ra_item *it, uint64_t *rng)
         int rc = hwt_timeout_rearm(&it->to, it->period, start, hwt_monotonic_ns(NULL));
         if (rc == HWT_OK)
             return;
-        if (rc == HWT_EAGAIN && next_rand(rng) % 4 == 0) {
+        if (rc == HWT_EAGAIN && t_splitmix(rng) % 4 == 0) {
             /* due again, but other work waits: back on the wheel, due */
             rc = hwt_timeout_requeue(&it->to);
             if (rc != HWT_OK)
@@ -703,7 +689,7 @@ static void ra_reschedule(ra_shared *sh, ra_item *it, uint64_t *rng)
     if (!atomic_load(&sh->done)) {
         atomic_store(&it->armed, 1);
         atomic_fetch_add(&it->generations, 1);
-        int rc = hwt_timer_schedule(sh->t, &it->to, (int64_t)(next_rand(rng) % 4000000));
+        int rc = hwt_timer_schedule(sh->t, &it->to, (int64_t)(t_splitmix(rng) % 4000000));
         if (rc != HWT_OK)
             fail("one-shot %td: schedule returned %d", it - sh->items, rc);
     }
@@ -762,7 +748,7 @@ static void *ra_resetter(void *arg)
     ra_shared *sh = a->sh;
     uint64_t rng = sh->seed * 77 + (uint64_t)a->index;
     while (!atomic_load(&sh->done)) {
-        uint64_t r = next_rand(&rng);
+        uint64_t r = t_splitmix(&rng);
         ra_item *it =
             &sh->items[(size_t)(r % (RA_ONESHOT / RA_RESETTERS)) * RA_RESETTERS + (size_t)a->index];
         int64_t delay = (int64_t)((r >> 16) % 4000000);
@@ -774,7 +760,7 @@ static void *ra_resetter(void *arg)
                 atomic_fetch_add(&v->cancel_wins, 1);
         }
         if ((r >> 50) % 8 == 0)
-            sleep_ns((int64_t)((r >> 53) % 200000));
+            t_sleep_ns((int64_t)((r >> 53) % 200000));
     }
     return NULL;
 }
@@ -838,7 +824,7 @@ static void rearm_round(int64_t tick_ns, bool race_stop, uint64_t seed)
         ra_item *it = &sh->items[i];
         it->to.sink = hwt_timer_default_sink(sh->t);
         it->periodic = i >= RA_ONESHOT;
-        uint64_t r = next_rand(&rng);
+        uint64_t r = t_splitmix(&rng);
         if (!it->periodic) {
             ra_reschedule(sh, it, &rng);
             continue;
@@ -858,7 +844,7 @@ static void rearm_round(int64_t tick_ns, bool race_stop, uint64_t seed)
         args[i] = (ra_arg){sh, i};
         pthread_create(&res[i], NULL, ra_resetter, &args[i]);
     }
-    sleep_ns(race_stop ? (int64_t)(next_rand(&rng) % 100000000) : 150000000);
+    t_sleep_ns(race_stop ? (int64_t)(t_splitmix(&rng) % 100000000) : 150000000);
     hwt_timeout *returned = NULL;
     pthread_mutex_lock(&sh->resched_lock);
     atomic_store(&sh->done, true); /* periodic runs, resets, cancels go on */
@@ -873,7 +859,7 @@ static void rearm_round(int64_t tick_ns, bool race_stop, uint64_t seed)
                 atomic_fetch_add(&sh->items[i].cancel_wins, 1);
         int64_t give_up = hwt_monotonic_ns(NULL) + SETTLE_LIMIT_NS;
         while (hwt_timer_pending(sh->t) != 0 && hwt_monotonic_ns(NULL) < give_up)
-            sleep_ns(1000000);
+            t_sleep_ns(1000000);
         returned = hwt_timer_stop(sh->t);
         if (returned)
             fail("rearm round: stop returned timeouts after all were cancelled");
@@ -919,9 +905,9 @@ static void *ho_consumer(void *arg)
         while (list) {
             hwt_timeout *next = hwt_timeout_of(list->link.next);
             ho_item *it = (ho_item *)(void *)list;
-            uint64_t r = next_rand(&rng);
+            uint64_t r = t_splitmix(&rng);
             if (r % 4 == 0) /* a busy loop: the cancels get their chance */
-                sleep_ns((int64_t)(r >> 8) % 50000);
+                t_sleep_ns((int64_t)(r >> 8) % 50000);
             uint32_t s = hwt_timeout_begin(list);
             if (s == HWT_EXPIRED) {
                 int64_t now = hwt_monotonic_ns(NULL) - hwt_timer_start_time(sh->t);
@@ -952,11 +938,11 @@ static void *ho_canceller(void *arg)
     ho_shared *sh = arg;
     uint64_t rng = sh->seed ^ (uint64_t)(uintptr_t)&rng;
     while (!atomic_load(&sh->done)) {
-        uint64_t r = next_rand(&rng);
+        uint64_t r = t_splitmix(&rng);
         size_t n = atomic_load(&sh->scheduled);
         ho_item *it = &sh->items[n ? (r >> 16) % n : 0];
         if (!n) {
-            sleep_ns(10000);
+            t_sleep_ns(10000);
             continue;
         }
         if (r % 8 == 0) {
@@ -969,7 +955,7 @@ static void *ho_canceller(void *arg)
             if (hwt_timeout_reset(&it->to, (int64_t)(r >> 24) % 2000000) == HWT_OK)
                 atomic_fetch_add(&sh->resets, 1);
         }
-        sleep_ns((int64_t)(r >> 32) % 20000);
+        t_sleep_ns((int64_t)(r >> 32) % 20000);
     }
     return NULL;
 }
@@ -992,17 +978,17 @@ static void handover_round(uint64_t seed)
         pthread_create(&can[i], NULL, ho_canceller, sh);
     for (size_t i = 0; i < HO_ITEMS; i++) {
         sh->items[i].to.sink = &sh->sink;
-        int rc = hwt_timer_schedule(sh->t, &sh->items[i].to, (int64_t)(next_rand(&rng) % 3000000));
+        int rc = hwt_timer_schedule(sh->t, &sh->items[i].to, (int64_t)(t_splitmix(&rng) % 3000000));
         if (rc != HWT_OK)
             fail("handover round: schedule returned %d", rc);
         atomic_store(&sh->scheduled, i + 1);
         if (i % 64 == 0)
-            sleep_ns(100000);
+            t_sleep_ns(100000);
     }
     int64_t give_up = hwt_monotonic_ns(NULL) + SETTLE_LIMIT_NS;
     while (atomic_load(&sh->ran) + atomic_load(&sh->cancel_wins) < HO_ITEMS &&
            hwt_monotonic_ns(NULL) < give_up)
-        sleep_ns(1000000);
+        t_sleep_ns(1000000);
     atomic_store(&sh->done, true);
     for (int i = 0; i < HO_CANCELLERS; i++)
         pthread_join(can[i], NULL);
@@ -1084,7 +1070,7 @@ static void start_race_round(void)
         }
     }
     atomic_store(&go, true);
-    sleep_ns(200000); /* some schedules are refused first */
+    t_sleep_ns(200000); /* some schedules are refused first */
     if (hwt_timer_start(t) != 0)
         fail("start race: hwt_timer_start failed");
     for (int i = 0; i < START_RACERS; i++)
