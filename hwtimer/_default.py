@@ -32,12 +32,18 @@ def default_timer() -> HashedWheelTimer:
     fork() gets a timer of its own on first use.  Inside
     ``hwtimer.testing.use_timer(timer)`` it returns that timer instead.
     """
-    global _timer
     if _installed:
         try:
             return _installed[-1]
         except IndexError:  # the last one was removed meanwhile
             pass
+    return _shared()
+
+
+def _shared() -> HashedWheelTimer:
+    """The process's shared timer, whatever use_timer() installed: made on
+    first use, and in a child of fork() anew."""
+    global _timer
     timer = _timer
     if timer is None:
         with _lock:

@@ -23,11 +23,12 @@ from __future__ import annotations
 import importlib
 import threading
 import weakref
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from . import _default
 from ._hwtimer import HashedWheelTimer
 
 if TYPE_CHECKING:
@@ -160,10 +161,14 @@ def _import(module: str, extra: str) -> ModuleType:
 
 
 class _Timers:
-    """The timers one exporter reads, held weakly, each with its label."""
+    """The timers one exporter reads, held weakly, each with its label.
+
+    The shared timer is read as default_timer() would make it: in a child
+    of fork(), the child's own, not the parent's that the child stopped.
+    """
 
     def __init__(self, timers: Iterable[HashedWheelTimer]) -> None:
-        refs: list[tuple[str, weakref.ReferenceType[HashedWheelTimer]]] = []
+        refs: list[tuple[str, Callable[[], HashedWheelTimer | None]]] = []
         for timer in timers:
             if not isinstance(timer, HashedWheelTimer):
                 raise TypeError(f"expected a HashedWheelTimer, not {type(timer).__name__}")
@@ -173,7 +178,8 @@ class _Timers:
                     f"two timers named {name!r}: give each a thread_name of its own,"
                     " which labels its figures"
                 )
-            refs.append((name, weakref.ref(timer)))
+            shared = timer is _default._timer
+            refs.append((name, _default._shared if shared else weakref.ref(timer)))
         if not refs:
             raise ValueError("no timer given")
         self._refs = tuple(refs)

@@ -360,6 +360,62 @@ def test_a_timer_gone_drops_out(registry):
         kept.stop()
 
 
+SHARED_IN_FORK_CHILD = """
+    import os, sys, time, warnings
+    # 3.12+ warns about fork() in a process with threads; that is the point
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+    import hwtimer
+    from hwtimer import metrics
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from prometheus_client import CollectorRegistry
+
+    registry = CollectorRegistry()
+    reader = InMemoryMetricReader()
+    metrics.register_prometheus(hwtimer.default_timer(), registry=registry)
+    metrics.register_otel(MeterProvider(metric_readers=[reader]).get_meter("t"),
+                          hwtimer.default_timer())
+
+    def read():
+        # (scheduled, pending) by Prometheus, then by OpenTelemetry, for
+        # the shared timer
+        label = {"timer": "hwtimer-default"}
+        prom = tuple(registry.get_sample_value(name, label) for name in
+                     ("hwtimer_timeouts_scheduled_total", "hwtimer_timeouts_pending"))
+        points = {
+            m.name: [p.value for p in m.data.data_points]
+            for rm in reader.get_metrics_data().resource_metrics
+            for sm in rm.scope_metrics for m in sm.metrics
+        }
+        otel = tuple(points[name][0] for name in
+                     ("hwtimer.timeouts.scheduled", "hwtimer.timeouts.pending"))
+        return tuple(map(float, prom + otel))
+
+    for _ in range(5):
+        hwtimer.default_timer().new_timeout(lambda t: None, 60).cancel()
+    parent = read()
+    pid = os.fork()
+    if pid == 0:
+        kept = [hwtimer.default_timer().new_timeout(lambda t: None, 60) for _ in range(3)]
+        print("child", read(), flush=True)
+        os._exit(0)
+    os.waitpid(pid, 0)
+    print("parent", parent, read(), flush=True)
+"""
+
+
+def test_the_shared_timer_is_followed_into_a_fork_child():
+    """An exporter given default_timer() reads, in a child of fork(), the
+    child's shared timer: the parent's is stopped there, and its figures
+    would stand still (a service that registers before it forks workers)."""
+    pytest.importorskip("opentelemetry.sdk")
+    proc = run_python(SHARED_IN_FORK_CHILD, timeout=90)
+    assert proc.returncode == 0, proc.stderr
+    child = "child (3.0, 3.0, 3.0, 3.0)"
+    parent = "parent (5.0, 0.0, 5.0, 0.0) (5.0, 0.0, 5.0, 0.0)"
+    assert proc.stdout.splitlines() == [child, parent], proc.stderr
+
+
 def test_bad_timers_change_nothing(make_timer, registry):
     a = make_timer(thread_name="same")
     b = make_timer(thread_name="same")
