@@ -496,21 +496,25 @@ static int check_name_and_executor(PyObject *name_o, PyObject *executor)
                          hwtimer_type_name(Py_TYPE(executor)));
             return -1;
         }
-        /* An Executor class in place of one (executor=ThreadPoolExecutor):
-           its submit is an unbound method, so each task's submit(fn,
-           timeout) would fail and be logged.  A class of another kind may
-           be a namespace with a static submit(fn, *args), and is kept. */
+        /* A class in place of an executor (executor=ThreadPoolExecutor):
+           if its submit is an instance method, each task's submit(fn,
+           timeout) would take fn for self and the Timeout for fn, and
+           the task would never run.  A class whose submit needs no
+           instance (a static or class method) is a namespace, and kept. */
         if (PyType_Check(executor)) {
-            PyObject *futures = PyImport_ImportModule("concurrent.futures");
-            PyObject *base = futures ? PyObject_GetAttrString(futures, "Executor") : NULL;
-            Py_XDECREF(futures);
-            if (!base)
+            /* (a submit that only the metaclass's __getattr__ gives: None) */
+            PyObject *getattr_static = hwtimer_import_attr("inspect", "getattr_static");
+            PyObject *submit = getattr_static ? PyObject_CallFunction(getattr_static, "OsO",
+                                                                      executor, "submit", Py_None)
+                                              : NULL;
+            PyObject *function = submit ? hwtimer_import_attr("types", "FunctionType") : NULL;
+            int instance_method = function ? PyObject_IsInstance(submit, function) : -1;
+            Py_XDECREF(function);
+            Py_XDECREF(submit);
+            Py_XDECREF(getattr_static);
+            if (instance_method < 0)
                 return -1;
-            int is_executor_class = PyObject_IsSubclass(executor, base);
-            Py_DECREF(base);
-            if (is_executor_class < 0)
-                return -1;
-            if (is_executor_class) {
+            if (instance_method) {
                 const char *name = hwtimer_type_name((PyTypeObject *)executor);
                 PyErr_Format(PyExc_TypeError,
                              "executor must be an executor, not the class %.200s: "

@@ -242,13 +242,24 @@ def test_an_error_reading_the_executors_submit_propagates(exc) -> None:
     assert len(native_thread_names()) <= threads_before
 
 
+class ThreadPerTask:
+    """An executor of the user's own, not a concurrent.futures.Executor."""
+
+    def submit(self, fn, *args):
+        threading.Thread(target=fn, args=args, daemon=True).start()
+
+
 @pytest.mark.parametrize(
-    "cls", [concurrent.futures.ThreadPoolExecutor, concurrent.futures.ProcessPoolExecutor]
+    "cls",
+    [concurrent.futures.ThreadPoolExecutor, concurrent.futures.ProcessPoolExecutor, ThreadPerTask],
 )
 def test_an_executor_class_instead_of_an_executor_is_refused(cls) -> None:
     # The class has a submit() too, but as an unbound method: every task's
-    # submit(fn, timeout) would fail, be logged, and run on the dispatch
-    # thread instead.  The mistake is refused where it is made.
+    # submit(fn, timeout) would take fn for self and the Timeout for fn.
+    # An Executor's would fail, be logged, and run the task on the dispatch
+    # thread instead; ThreadPerTask's would start a thread that calls the
+    # Timeout and dies, the task never run nor logged.  The mistake is
+    # refused where it is made.
     threads_before = len(native_thread_names())
     with pytest.raises(TypeError, match=rf"not the class {cls.__name__}.*{cls.__name__}\(\)"):
         HashedWheelTimer(executor=cls)
@@ -262,6 +273,23 @@ def test_a_class_with_a_static_submit_is_still_an_executor() -> None:
         @staticmethod
         def submit(fn, *args):
             fn(*args)
+
+    with HashedWheelTimer(0.01, executor=Inline) as timer:
+        timer.new_timeout(lambda t: ran.set(), 0)
+        assert ran.wait(10)
+
+
+def test_a_class_whose_metaclass_gives_submit_is_still_an_executor() -> None:
+    ran = threading.Event()
+
+    class Submits(type):
+        def __getattr__(cls, name):
+            if name == "submit":
+                return lambda fn, *args: fn(*args)
+            raise AttributeError(name)
+
+    class Inline(metaclass=Submits):
+        pass
 
     with HashedWheelTimer(0.01, executor=Inline) as timer:
         timer.new_timeout(lambda t: ran.set(), 0)
