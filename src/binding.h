@@ -272,6 +272,10 @@ struct TimeoutObject {
 typedef struct PeriodicTimeoutObject {
     TimeoutObject base;
     int64_t period; /* ns between runs, > 0 */
+    /* its next run is the one its last re-arm asked for at once
+       (HWT_EAGAIN), not reset since: hwt_timeout_rearm()'s catch_up.
+       Read and written with the GIL held (runner.c, timeout.c). */
+    bool catch_up;
     /* handed to the timer's executor, its run not yet begun (runner.c) */
     bool submitted;
     /* in its timer's handed_out list, whose links these are (borrowed) */
@@ -287,9 +291,15 @@ typedef struct LoopTimeoutObject LoopTimeoutObject;
 struct LoopTimeoutObject {
     TimeoutObject base; /* base.task is the callback */
     /* call_every(): ns between runs; 0 for call_later().  Right after
-       `base`, as in PeriodicTimeoutObject, so hwtimer_timeout_period()
-       reads both alike. */
+       `base`, as in PeriodicTimeoutObject, and so is catch_up, so that
+       hwtimer_timeout_period() and hwtimer_timeout_catch_up() read both
+       alike. */
     int64_t period;
+    bool catch_up;
+    /* Set with on_stop and never cleared: stop() never lists the deadline
+       of a sleep() or a scope, also when its owner dropped on_stop (it
+       cancelled the deadline) while that stop() ran. */
+    bool owned;
     PyObject *args;       /* owned tuple */
     PyObject *context;    /* owned contextvars.Context */
     LoopSinkObject *sink; /* owned */
@@ -303,10 +313,6 @@ struct LoopTimeoutObject {
        timer's clock (>= 0, inf for one never due), so that the deadline
        goes on on the loop's own clock.  Cleared by cancel(). */
     PyObject *on_stop;
-    /* Set with on_stop and never cleared: stop() never lists the deadline
-       of a sleep() or a scope, also when its owner dropped on_stop (it
-       cancelled the deadline) while that stop() ran. */
-    bool owned;
 };
 
 /* Delivery to one event loop: a wake fd the loop watches, drained in C;
@@ -366,11 +372,20 @@ typedef struct DispatchObject {
 _Static_assert(offsetof(LoopTimeoutObject, period) == offsetof(PeriodicTimeoutObject, period),
                "a periodic timeout's period is at one offset in both of its types");
 
+_Static_assert(offsetof(LoopTimeoutObject, catch_up) == offsetof(PeriodicTimeoutObject, catch_up),
+               "a periodic timeout's catch_up is at one offset in both of its types");
+
 /* The period (ns) of a timeout its core node says is periodic
    (hwt_timeout_periodic): a new_periodic() or call_every() one. */
 static inline int64_t hwtimer_timeout_period(TimeoutObject *to)
 {
     return ((PeriodicTimeoutObject *)to)->period;
+}
+
+/* Its catch_up flag, for the same kinds of timeout. */
+static inline bool *hwtimer_timeout_catch_up(TimeoutObject *to)
+{
+    return &((PeriodicTimeoutObject *)to)->catch_up;
 }
 
 /* common.c */

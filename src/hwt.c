@@ -1376,7 +1376,8 @@ static void count_out(hwt_timer *t, uint32_t final)
 
 /* hwt_timeout_rearm(), and with `next_run` false hwt_timeout_requeue():
    back on the wheel at the deadline it has. */
-static int rearm(hwt_timeout *to, bool next_run, int64_t period_ns, int64_t start, int64_t end)
+static int rearm(hwt_timeout *to, bool next_run, int64_t period_ns, int64_t start, int64_t end,
+                 bool catch_up)
 {
     hwt_timer *t = to->sink->timer;
     start -= start_of(t);
@@ -1401,8 +1402,13 @@ static int rearm(hwt_timeout *to, bool next_run, int64_t period_ns, int64_t star
     } else if (s == HWT_RUNNING && next_run) {
         bool again;
         int missed = (int)((to->flags & MISSED_MASK) >> MISSED_SHIFT);
-        set_deadline(to, within_clock(t, hwt_periodic_next(hwt_timeout_deadline(to), period_ns,
-                                                            missed, start, end, &again)));
+        /* delay's run after an overrun starts the new grid where it
+           began, if that was later than its deadline (it waited) */
+        int64_t from = hwt_timeout_deadline(to);
+        if (catch_up && missed == HWT_MISSED_DELAY && start > from)
+            from = start;
+        set_deadline(to, within_clock(t, hwt_periodic_next(from, period_ns, missed, start, end,
+                                                            &again)));
         r = again ? HWT_EAGAIN : HWT_OK;
     } /* RUNNING_RESET: the reset set the next deadline; a requeue keeps it */
     if (r == HWT_OK) {
@@ -1421,14 +1427,15 @@ static int rearm(hwt_timeout *to, bool next_run, int64_t period_ns, int64_t star
     return r;
 }
 
-int hwt_timeout_rearm(hwt_timeout *to, int64_t period_ns, int64_t start, int64_t end)
+int hwt_timeout_rearm(hwt_timeout *to, int64_t period_ns, int64_t start, int64_t end,
+                      bool catch_up)
 {
-    return rearm(to, true, period_ns, start, end);
+    return rearm(to, true, period_ns, start, end, catch_up);
 }
 
 int hwt_timeout_requeue(hwt_timeout *to)
 {
-    return rearm(to, false, 0, 0, 0);
+    return rearm(to, false, 0, 0, 0, false);
 }
 
 uint32_t hwt_timeout_finish(hwt_timeout *to, uint32_t final)

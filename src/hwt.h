@@ -278,15 +278,20 @@ int64_t hwt_periodic_next(int64_t deadline, int64_t period, int missed, int64_t 
 
 /* Ends a periodic timeout's run (state RUNNING or RUNNING_RESET) that
    began at clock time `start` and ended at `end`; `period_ns` (> 0) is its
-   period, the same at every re-arm (the embedder keeps it).  Returns an
-   HWT_* code (it cannot fail):
+   period, the same at every re-arm (the embedder keeps it).  `catch_up`
+   says that this run is the one the re-arm before it asked for with
+   HWT_EAGAIN, not reset since (the embedder keeps that too): for the delay
+   policy its grid starts at `start`, which comes after its deadline if
+   the run waited (hwt_timeout_requeue()).  Returns an HWT_* code (it
+   cannot fail):
      HWT_OK         back on the wheel at its next deadline (the timer owns it);
      HWT_EAGAIN     the next run is due now (burst, delay): still RUNNING,
                     its deadline moved: run it again, then re-arm again;
      HWT_ECANCELLED cancelled during the run: counted, the caller's;
      HWT_ESTOPPED   the timer is stopped: now CANCELLED, counted, the
                     caller's (stop() did not see it: hand it to the user). */
-int hwt_timeout_rearm(hwt_timeout *to, int64_t period_ns, int64_t start, int64_t end);
+int hwt_timeout_rearm(hwt_timeout *to, int64_t period_ns, int64_t start, int64_t end,
+                      bool catch_up);
 
 /* Puts a delivered periodic timeout (RUNNING or RUNNING_RESET) back on the
    wheel at the deadline it has, as due already or as reset, without a run:

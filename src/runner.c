@@ -295,7 +295,9 @@ static bool rearm(TimerObject *timer, TimeoutObject *to, int64_t start, int64_t 
 {
     for (;;) {
         Py_INCREF(to); /* the wheel's reference, if it goes back */
-        int r = hwt_timeout_rearm(&to->node, hwtimer_timeout_period(to), start, end);
+        bool *catch_up = hwtimer_timeout_catch_up(to);
+        int r = hwt_timeout_rearm(&to->node, hwtimer_timeout_period(to), start, end, *catch_up);
+        *catch_up = r == HWT_EAGAIN; /* its next run is that one, wherever it runs */
         if (r == HWT_OK)
             return false;
         Py_DECREF(to); /* not the last: the caller holds one */

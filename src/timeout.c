@@ -79,6 +79,7 @@ int hwtimer_timeout_submit(TimerObject *timer, PyObject *obj, int64_t delay_ns, 
     if (period_ns > 0) {
         /* set before it is scheduled: its first run may begin at once */
         ((PeriodicTimeoutObject *)to)->period = period_ns;
+        *hwtimer_timeout_catch_up(to) = false;
         r = hwt_timer_schedule_periodic(timer->core, &to->node, delay_ns, missed);
     } else {
         r = hwt_timer_schedule(timer->core, &to->node, delay_ns);
@@ -166,6 +167,15 @@ PyObject *hwtimer_timeout_cancel(TimeoutObject *self, PyObject *unused)
     return PyBool_FromLong(r == HWT_OK);
 }
 
+/* Whether `to` is a new_periodic() or call_every() timeout, by its type:
+   its node's flag may be the worker's to read while it is on the wheel. */
+static bool is_periodic(TimeoutObject *to)
+{
+    hwtimer_state *st = TIMER_OF(to)->module_state;
+    return Py_TYPE(to) == st->periodic_type ||
+           (Py_TYPE(to) == st->loop_timeout_type && ((LoopTimeoutObject *)to)->period != 0);
+}
+
 static PyObject *timeout_reset(TimeoutObject *self, PyObject *delay)
 {
     int64_t ns;
@@ -181,6 +191,9 @@ static PyObject *timeout_reset(TimeoutObject *self, PyObject *delay)
         hwtimer_core_error(TIMER_OF(self), r, "reset a timeout");
         return NULL;
     }
+    /* a periodic one's next run is at the new deadline, on its grid */
+    if (r == HWT_OK && is_periodic(self))
+        *hwtimer_timeout_catch_up(self) = false;
     return PyBool_FromLong(r == HWT_OK);
 }
 

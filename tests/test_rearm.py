@@ -627,6 +627,60 @@ def test_missed_delay_runs_once_now_and_restarts_the_grid(timer) -> None:
     assert runs.deadlines[4] >= runs.deadlines[3] + P - EPS
 
 
+def check_delay_restarts_from_a_catch_up_that_waited(runs: Runs) -> None:
+    """Run 1 of a "delay" periodic overran run 2's grid point, and run 2,
+    the one "now" after it, waited for a later tick: its deadline is where
+    run 1 ended, and the grid restarts at its start, so run 3 is a period
+    after run 2 began (then, at most as late as its start measured here)."""
+    assert runs.deadlines[3] - P > runs.deadlines[2] + EPS
+    assert runs.deadlines[3] - P <= runs.starts[2] + EPS
+    assert runs.max_active == 1
+    runs.check_never_early()
+
+
+def test_missed_delay_catch_up_on_an_executor_restarts_the_grid_at_its_start(make_timer):
+    # on an executor the run after an overrun always goes back on the
+    # wheel, behind what the dispatch thread has yet to submit
+    with ThreadPoolExecutor(1) as pool:
+        timer = make_timer(executor=pool)
+        runs = Runs(sleeps={1: 2.5 * P})
+        p = timer.new_periodic(runs, P, missed="delay")
+        assert runs.wait(4)
+        p.cancel()
+        timer.stop()
+    check_delay_restarts_from_a_catch_up_that_waited(runs)
+
+
+def test_missed_delay_catch_up_behind_other_work_restarts_the_grid_at_its_start(timer):
+    runs = Runs(sleeps={1: 2.5 * P})
+    p = timer.new_periodic(runs, P, missed="delay")
+    # due while run 1 (at 2 P) goes on: it waits when run 1 ends, and the
+    # run after the overrun waits behind it
+    timer.new_timeout(lambda to: None, 2.5 * P)
+    try:
+        assert runs.wait(4)
+    finally:
+        p.cancel()
+    check_delay_restarts_from_a_catch_up_that_waited(runs)
+
+
+def test_missed_delay_call_every_catch_up_restarts_the_grid_at_its_start(timer):
+    # call_every's run after an overrun never starts inside the loop's
+    # callback: it goes back on the wheel
+    runs = Runs(sleeps={1: 2.5 * P})
+
+    async def main() -> None:
+        h = timer.call_every(P, lambda: runs(h), missed="delay")
+        try:
+            while runs.count < 4:
+                await asyncio.sleep(0.005)
+        finally:
+            h.cancel()
+
+    asyncio.run(asyncio.wait_for(main(), DEADLINE))
+    check_delay_restarts_from_a_catch_up_that_waited(runs)
+
+
 def test_missed_burst_runs_every_missed_deadline_back_to_back(timer) -> None:
     runs, first = missed_runs(timer, "burst")
     ks = [grid(first, P, d) for d in runs.deadlines]

@@ -416,9 +416,9 @@ static void *p_consumer(void *arg)
                 continue;
             }
             int64_t now = hwt_monotonic_ns(NULL);
-            int rc = hwt_timeout_rearm(to, it->period, now, now);
+            int rc = hwt_timeout_rearm(to, it->period, now, now, false);
             while (rc == HWT_EAGAIN)
-                rc = hwt_timeout_rearm(to, it->period, now, now);
+                rc = hwt_timeout_rearm(to, it->period, now, now, true);
             if (rc != HWT_OK)
                 atomic_fetch_add(&it->ends, 1);
         }

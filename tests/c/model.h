@@ -116,6 +116,8 @@ typedef struct m_item {
     bool delivered;      /* periodic, or one-shot to an ends_once sink, delivered
                             by the last advance: to run */
     bool linked_never;   /* linked (transferred) with deadline HWT_NEVER */
+    bool catch_up;       /* periodic: its next run is the one its last re-arm
+                            asked for at once (HWT_EAGAIN), not reset since */
 } m_item;
 
 #define m_item_of(tp) ((m_item *)(void *)((char *)(tp) - offsetof(m_item, to)))
@@ -500,6 +502,7 @@ static void m_schedule(m_run *r, m_item *it, int64_t delay, bool periodic)
     it->deadline = deadline;
     it->period = period;
     it->missed = missed;
+    it->catch_up = false;
     it->queued = ++r->queue_order;
     it->relink = 0;
     r->scheduled++;
@@ -520,6 +523,7 @@ static void m_op_schedule(m_run *r, bool periodic)
 static void m_reset_live(m_run *r, m_item *it, int64_t delay)
 {
     it->deadline = m_deadline_after(r, m_rel(r), delay);
+    it->catch_up = false; /* its next run is at the reset's deadline */
     if (it->transferred) { /* in a bucket: relinked before what is queued */
         it->relink = ++r->reset_order;
         it->transferred = false;
@@ -692,6 +696,7 @@ static bool m_rearm(m_run *r, m_item *it, int64_t start, int64_t end, int during
     } else if (during == 2) { /* reset in its run: the next run is there */
         M_CHECK(r, hwt_timeout_reset(&it->to, delay) == HWT_OK, "reset of running item %u", it->id);
         it->deadline = m_deadline_after(r, m_rel(r), delay);
+        it->catch_up = false;
     } else if (during == 3) { /* its task failed: it ends as expired */
         uint32_t s = hwt_timeout_finish(&it->to, HWT_EXPIRED);
         M_CHECK(r, s == HWT_EXPIRED, "finish of item %u gave state %u", it->id, s);
@@ -701,7 +706,7 @@ static bool m_rearm(m_run *r, m_item *it, int64_t start, int64_t end, int during
         r->pending--;
         return false;
     }
-    int rc = hwt_timeout_rearm(&it->to, it->period, start, end);
+    int rc = hwt_timeout_rearm(&it->to, it->period, start, end, it->catch_up);
     r->reruns++;
     m_trace(r, "rearm item %u run %" PRId64 "..%" PRId64 " during %d -> %d (deadline %" PRId64 ")",
             it->id, rs, re, during, rc, hwt_timeout_deadline(&it->to));
@@ -714,8 +719,11 @@ static bool m_rearm(m_run *r, m_item *it, int64_t start, int64_t end, int during
         return false;
     }
     bool again = false;
+    /* delay's run after an overrun, which waited: its grid starts at its start */
+    int64_t from = it->catch_up && it->missed == HWT_MISSED_DELAY && rs > d ? rs : d;
     if (during != 2)
-        it->deadline = m_within_clock(r, m_next(it, d, rs, re, &again));
+        it->deadline = m_within_clock(r, m_next(it, from, rs, re, &again));
+    it->catch_up = again;
     M_CHECK(r, rc == (again ? HWT_EAGAIN : HWT_OK), "rearm of item %u returned %d, model %s",
             it->id, rc, again ? "again" : "ok");
     M_CHECK(r, hwt_timeout_deadline(&it->to) == it->deadline,
@@ -765,6 +773,22 @@ static void m_run_periodic(m_run *r, m_item *it)
             during = 1; /* end a burst that does not catch up */
         if (!m_rearm(r, it, start, r->clock, during, delay))
             return;
+        if (it->missed == HWT_MISSED_DELAY && m_below(r->src, 4) == 0) {
+            /* due again, but other work waits: back on the wheel, due
+               now; it runs at a later advance, past its deadline, and
+               its grid starts there (it->catch_up) */
+            int rc = hwt_timeout_requeue(&it->to);
+            m_trace(r, "requeue due item %u -> %d", it->id, rc);
+            M_CHECK(r, rc == HWT_OK, "requeue of due item %u returned %d", it->id, rc);
+            M_CHECK(r, hwt_timeout_deadline(&it->to) == it->deadline,
+                    "requeue of due item %u: deadline %" PRId64 ", model %" PRId64, it->id,
+                    hwt_timeout_deadline(&it->to), it->deadline);
+            it->delivered = false;
+            it->transferred = false;
+            it->relink = 0;
+            it->queued = ++r->queue_order;
+            return;
+        }
     }
 }
 

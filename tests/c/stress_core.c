@@ -662,7 +662,7 @@ static void ra_run(ra_shared *sh, ra_item *it, uint64_t *rng)
             atomic_fetch_add(&it->ends, 1);
             return;
         }
-        int rc = hwt_timeout_rearm(&it->to, it->period, start, hwt_monotonic_ns(NULL));
+        int rc = hwt_timeout_rearm(&it->to, it->period, start, hwt_monotonic_ns(NULL), false);
         if (rc == HWT_OK)
             return;
         if (rc == HWT_EAGAIN && t_splitmix(rng) % 4 == 0) {
