@@ -363,6 +363,57 @@ def test_advance_async_moves_the_clock_after_the_tasks_made_before_it_start(
     run(main)
 
 
+def test_advance_async_waits_for_tasks_that_yield_between_deadlines(
+    manual_timer: ManualTimer, run: Any
+) -> None:
+    """A worker that yields to the loop many times after each wake-up (a
+    batch processed item by item) schedules its next sleep before the
+    clock moves on."""
+
+    async def main() -> None:
+        runs: list[float] = []
+
+        async def worker() -> None:
+            while True:
+                await hwtimer.sleep(1)
+                runs.append(manual_timer.time())
+                for _ in range(40):
+                    await asyncio.sleep(0)
+
+        task = asyncio.ensure_future(worker())
+        await manual_timer.advance_async(5)
+        task.cancel()
+        await asyncio.wait([task])
+        assert runs == [1.0, 2.0, 3.0, 4.0, 5.0]
+
+    run(main)
+
+
+def test_advance_async_warns_when_the_loop_does_not_settle(
+    manual_timer: ManualTimer, run: Any
+) -> None:
+    """A task that never waits keeps the loop busy for ever: advance_async()
+    gives up waiting for it after a bounded number of turns, and says so
+    (the clock then moves on before that task has settled), at the line
+    of the call."""
+
+    async def main() -> None:
+        async def spins() -> None:
+            await hwtimer.sleep(1)
+            while True:
+                await asyncio.sleep(0)
+
+        task = asyncio.ensure_future(spins())
+        with pytest.warns(RuntimeWarning, match="still had work ready") as caught:
+            await manual_timer.advance_async(2)
+        task.cancel()
+        await asyncio.wait([task])
+        assert manual_timer.time() == 2.0
+        assert {w.filename for w in caught} == {__file__}
+
+    run(main)
+
+
 def test_an_advance_from_a_callback_adds_to_a_running_advance_async(
     manual_timer: ManualTimer, run: Any
 ) -> None:
