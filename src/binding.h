@@ -355,6 +355,11 @@ typedef struct DispatchObject {
        thread exist after all (Thread.start() interrupted in its wait) */
     bool abandoned;
     PyObject *name;          /* owned str */
+    /* owned weak reference to its threading.Thread, or NULL: a thread
+       that ends before it runs run() (a profile or trace hook that
+       raised) or that calls stop() before it (from such a hook) must not
+       be waited for */
+    PyObject *thread_ref;
     pid_t pid;               /* the process its thread runs in */
     /* borrowed: while this dispatch thread waits in a stop() of another
        timer, that timer's dispatcher, to find stops that wait in a cycle */

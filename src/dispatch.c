@@ -79,6 +79,54 @@ static PyObject *dispatch_run(DispatchObject *self, PyObject *unused)
     Py_RETURN_NONE;
 }
 
+/* Whether `thread`, the dispatch thread's Thread (None once collected),
+   will never run run(): it has ended, or it is this thread.  Not started
+   yet (no ident), it may still.  Runs Python code (Thread.is_alive()). */
+static bool thread_never_runs(PyObject *thread)
+{
+    if (thread == Py_None)
+        return true; /* collected: it ended */
+    PyObject *ident = PyObject_GetAttrString(thread, "ident");
+    bool never = false;
+    if (ident && ident != Py_None) {
+        if (PyLong_AsUnsignedLong(ident) == PyThread_get_thread_ident()) {
+            never = true;
+        } else {
+            PyObject *alive = PyObject_CallMethod(thread, "is_alive", NULL);
+            never = alive && PyObject_IsTrue(alive) == 0;
+            Py_XDECREF(alive);
+        }
+    }
+    Py_XDECREF(ident);
+    return never;
+}
+
+/* Whether the dispatch thread will never run run(): it has not entered it
+   and either it has ended (a profile or trace hook of threading's raised
+   before the call, and the thread died) or this is that thread (such a
+   hook calls stop()).  If so it is marked abandoned and done: run()
+   returns at once if it is ever called, and stop() runs what expired
+   here.  Called with the GIL; keeps an exception that is set. */
+static bool never_runs(DispatchObject *self)
+{
+    if (self->thread_id || self->done || !self->thread_ref)
+        return false;
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyObject *thread = PyObject_CallNoArgs(self->thread_ref);
+    bool never = thread && thread_never_runs(thread);
+    Py_XDECREF(thread);
+    PyErr_Clear(); /* an error above: it is waited for, as before */
+    PyErr_Restore(type, value, tb);
+    if (!never || self->thread_id) /* the checks ran Python code */
+        return false;
+    self->abandoned = true;
+    pthread_mutex_lock(&self->lock);
+    self->done = true;
+    pthread_mutex_unlock(&self->lock);
+    return true;
+}
+
 /* Waits, with the GIL released, until the dispatch thread has run its
    last batch, running signal handlers meanwhile.  Returns 0, or -1 with
    what a handler raised (KeyboardInterrupt).  Returns 0 at once on the
@@ -93,6 +141,8 @@ int hwtimer_dispatch_wait_done(DispatchObject *self)
         return 0;
     }
     for (;;) {
+        if (never_runs(self))
+            return 0;
         bool done;
         Py_BEGIN_ALLOW_THREADS
         pthread_mutex_lock(&self->lock);
@@ -117,6 +167,7 @@ static void dispatch_dealloc(DispatchObject *self)
         pthread_mutex_destroy(&self->lock);
     }
     Py_XDECREF(self->name);
+    Py_XDECREF(self->thread_ref);
     hwt_timer_decref(self->core);
     HWT_TP_FREE(tp)(self);
     Py_DECREF(tp);
@@ -156,6 +207,7 @@ DispatchObject *hwtimer_dispatch_new(TimerObject *timer)
     d->pid = getpid();
     d->waits_for = NULL;
     d->held[0] = d->held[1] = NULL;
+    d->thread_ref = NULL;
     d->name = PyUnicode_FromFormat("%U-dispatch", timer->name);
     int err = pthread_mutex_init(&d->lock, NULL);
     /* on the monotonic clock: stop() waits in slices to handle signals */

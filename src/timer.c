@@ -310,6 +310,8 @@ int hwtimer_timer_start(TimerObject *self)
     PyObject *args = PyTuple_New(0);
     PyObject *thread =
         kwargs && args ? PyObject_Call(self->module_state->thread_type, args, kwargs) : NULL;
+    if (thread && !(d->thread_ref = PyWeakref_NewRef(thread, NULL)))
+        PyErr_Clear(); /* only a thread that never runs run() is then waited for */
     PyObject *r = thread ? PyObject_CallMethod(thread, "start", NULL) : NULL;
     Py_XDECREF(run);
     Py_XDECREF(kwargs);

@@ -356,6 +356,70 @@ def test_interrupted_stop_while_a_start_fails_still_runs_what_had_expired(
     assert timer.stop() == []
 
 
+#: A threading.setprofile() hook that acts as the dispatch thread is about
+#: to call its body (`act`, given the timer), then leaves that thread alone.
+PROFILE_BEFORE_DISPATCH = """
+    import sys, threading, time
+    import hwtimer
+
+    def profile_before_dispatch(act):
+        def hook(frame, event, arg):
+            if event == "c_call" and "Dispatch" in repr(getattr(arg, "__self__", None)):
+                sys.setprofile(None)
+                act()
+        threading.setprofile(hook)
+"""
+
+
+def test_stop_when_a_profile_hook_kills_the_dispatch_thread_runs_what_expired() -> None:
+    """A threading.setprofile() hook that raises as the dispatch thread
+    starts ends that thread before it runs a task: stop() then does not
+    wait for it for ever, and runs what expired, once, as for a dispatch
+    thread that never started."""
+    code = (
+        PROFILE_BEFORE_DISPATCH
+        + """
+    def fail():
+        raise RuntimeError("a profiler's bug")
+
+    profile_before_dispatch(fail)
+    timer = hwtimer.HashedWheelTimer(0.01)
+    ran = []
+    timeout = timer.new_timeout(lambda t: ran.append(t), 0.01)
+    threading.setprofile(None)
+    while not timeout.is_expired():
+        time.sleep(0.01)
+    print(timer.stop(), ran == [timeout], timer.stop(), ran == [timeout])
+"""
+    )
+    proc = run_python(code, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "[] True [] True\n"
+    assert "a profiler's bug" in proc.stderr  # threading's excepthook
+
+
+def test_stop_from_a_profile_hook_before_the_dispatch_thread_runs_returns() -> None:
+    """A hook that calls stop() on the dispatch thread before its body
+    runs: that stop() does not wait for the thread it runs on, and later
+    ones return too."""
+    code = (
+        PROFILE_BEFORE_DISPATCH
+        + """
+    stopped = []
+    profile_before_dispatch(lambda: stopped.append(timer.stop()))
+    timer = hwtimer.HashedWheelTimer(0.01)
+    timer.start()
+    threading.setprofile(None)
+    while not stopped:
+        time.sleep(0.01)
+    print(stopped, timer.stop())
+"""
+    )
+    proc = run_python(code, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert (proc.stdout, proc.stderr) == ("[[]] []\n", "")
+
+
 def test_exit_with_50k_pending_timeouts_ten_times() -> None:
     for i in range(10):
         variant = EXIT_VARIANTS[i % len(EXIT_VARIANTS)]
