@@ -398,7 +398,16 @@ int hwtimer_run_timeout(TimerObject *timer, TimeoutObject *to, hwtimer_batch *ba
         if (!hwt_timeout_periodic(node))
             return r;
         if (failed) {
-            hwt_timeout_finish(node, HWT_EXPIRED); /* an exception ends it */
+            /* an exception ends it, as expired; but a run that stop()
+               began during ends as stop() ends one that returns (rearm()
+               finds the timer stopped): cancelled, and in stop()'s list */
+            if (hwt_timer_stopped(timer->core) &&
+                atomic_load(&node->state) != HWT_CANCELLED) {
+                hwt_timeout_finish(node, HWT_CANCELLED);
+                keep_for_stop(timer, to);
+            } else {
+                hwt_timeout_finish(node, HWT_EXPIRED);
+            }
             return r;
         }
         if (!rearm(timer, to, start, end))

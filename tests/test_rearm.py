@@ -407,6 +407,40 @@ def test_stop_returns_a_periodic_in_its_run_and_none_starts_after(make_timer) ->
     assert timer.stop() == []
 
 
+def test_stop_returns_a_periodic_whose_run_raises_after_the_stop(make_timer, caplog) -> None:
+    """A run that stop() began during ends as stop() ends it, whether its
+    task returns (above) or raises: returned, cancelled; the error is
+    still logged and counted."""
+    timer = make_timer()
+    started, go = threading.Event(), threading.Event()
+
+    def task(to: hwtimer.Timeout) -> None:
+        started.set()
+        assert go.wait(DEADLINE)
+        raise ValueError("after the stop")
+
+    def refuses_new_timeouts() -> bool:
+        try:
+            timer.new_timeout(lambda t: None, 60).cancel()
+        except RuntimeError:
+            return True
+        return False
+
+    p = timer.new_periodic(task, 0.01)
+    assert started.wait(DEADLINE)
+    left: list[list[hwtimer.Timeout]] = []
+    stopper = threading.Thread(target=lambda: left.append(timer.stop()))
+    stopper.start()
+    assert wait_for(refuses_new_timeouts)  # stop() has begun, and waits for the run
+    go.set()
+    stopper.join(DEADLINE)
+    assert left == [[p]]
+    assert p.is_cancelled() and not p.is_expired()
+    stats = timer.stats()
+    assert (stats["cancelled"], stats["expired"], stats["task_errors"]) == (1, 0, 1)
+    assert "after the stop" in caplog.text
+
+
 def test_stop_returns_a_periodic_in_its_run_on_the_executor(make_timer) -> None:
     """stop() does not wait for the executor's run, and returns the periodic
     timeout all the same: that run is its last."""
