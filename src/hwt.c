@@ -1306,6 +1306,14 @@ static int reset_locked(hwt_timer *t, hwt_timeout *to, int64_t deadline)
         }
         if (s == HWT_INIT && !cancel_room(t))
             return ENOMEM;
+        /* a one-shot delivered and not yet begun counts as expired: the
+           reset would make it pending again, which the bound refuses as
+           for a new one; it runs as delivered */
+        if (s == HWT_RUNNING && !hwt_timeout_periodic(to) && t->cfg.max_pending > 0 &&
+            pending_of(t, 0) >= t->cfg.max_pending) {
+            atomic_fetch_add_explicit(&t->rejected, 1, memory_order_relaxed);
+            return HWT_EFINAL;
+        }
         /* expiry (INIT -> EXPIRED or RUNNING) holds this lock too: only
            a lock-free cancel of a QUEUED one races this */
         if (atomic_compare_exchange_strong(&to->state, &s, next))

@@ -249,6 +249,30 @@ def test_call_later_reset_after_handover_moves_it(run: Any, own_timer: Any) -> N
     run(main)
 
 
+def test_call_later_reset_after_handover_keeps_max_pending(run: Any) -> None:
+    """A callback handed to its loop counts as expired: a reset would make
+    it pending again, which max_pending_timeouts refuses there as it would
+    a new timeout.  The reset then returns False (it has expired, its
+    callback about to run), changes nothing, and counts as rejected."""
+
+    async def main() -> None:
+        with hwtimer.HashedWheelTimer(0.01, 64, max_pending_timeouts=1) as timer:
+            loop = asyncio.get_running_loop()
+            done = loop.create_future()
+            handle = timer.call_later(0.02, lambda: done.set_result(None))
+            _handed_over(timer, 1)
+            other = timer.new_timeout(lambda t: None, 60)  # the one pending allowed
+            assert handle.reset(0.3) is False
+            assert timer.pending_timeouts() == 1
+            assert timer.stats()["rejected"] == 1
+            await asyncio.wait_for(done, SOON)  # it runs as handed over
+            assert handle.is_expired()
+            other.cancel()
+            assert handle.reset(0.3) is False  # and expired it stays
+
+    run(main)
+
+
 def test_stop_returns_a_call_later_reset_after_handover(run: Any) -> None:
     # reset after its handover, it was pending again: stop() returns it,
     # and one handed over before the stop and not reset still runs

@@ -805,6 +805,14 @@ static void m_run_once(m_run *r, m_item *it)
             : k == 2 ? "finish"
                      : "run");
     it->delivered = false;
+    if (k == 1 && r->cfg.max_pending > 0 && r->pending >= r->cfg.max_pending) {
+        /* pending again past the bound: refused as a schedule would be,
+           and it runs as delivered */
+        M_CHECK(r, hwt_timeout_reset(&it->to, m_pick_delay(r)) == HWT_EFINAL,
+                "reset of delivered item %u past max_pending", it->id);
+        r->rejected++;
+        k = 3;
+    }
     if (k == 0) {
         M_CHECK(r, hwt_timeout_cancel(&it->to) == HWT_OK, "cancel of delivered item %u failed",
                 it->id);
