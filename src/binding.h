@@ -689,6 +689,8 @@ extern PyType_Spec hwtimer_loop_sink_spec;
    created and registered with the loop on first use; NULL with an
    exception. */
 LoopSinkObject *hwtimer_loop_sink_for(TimerObject *timer, PyObject *loop);
+/* Whether `timer` has an open sink for `loop` already.  Runs no Python. */
+bool hwtimer_loop_has_sink(TimerObject *timer, PyObject *loop);
 /* Refuses a `loop` no sink could post to: one without a callable
    call_soon_threadsafe().  Returns 0, or -1 with TypeError (or what
    reading the attribute raised, if not an AttributeError). */
@@ -774,6 +776,10 @@ PyObject *hwtimer_call_every(TimerObject *self, int64_t delay, int64_t period_ns
                              PyObject *callback, PyObject *args, PyObject *loop, PyObject *context);
 /* Starts the worker and dispatch thread if needed.  Returns 0 or -1. */
 int hwtimer_timer_start(TimerObject *timer);
+/* Starts `timer` if needed and returns its sink for `loop` (a new
+   reference, made if need be), as call_later() on that loop needs them;
+   NULL with an exception. */
+LoopSinkObject *hwtimer_loop_prepare(TimerObject *timer, PyObject *loop);
 
 /* manual.c */
 extern PyType_Spec hwtimer_manual_spec;

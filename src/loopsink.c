@@ -715,6 +715,11 @@ static LoopSinkObject *find_sink(TimerObject *timer, PyObject *loop)
     return NULL;
 }
 
+bool hwtimer_loop_has_sink(TimerObject *timer, PyObject *loop)
+{
+    return find_sink(timer, loop) != NULL;
+}
+
 int hwtimer_loop_check(PyObject *loop)
 {
     int ok = hwtimer_has_method(loop, "call_soon_threadsafe");

@@ -197,19 +197,12 @@ static int64_t timer_clock_ns(TimerObject *timer)
 
 static PyMethodDef timer_stopped_def, on_timeout_def;
 
-/* Puts the deadline `when` (loop.time()) on the wheel, or, if it has
-   passed, on the loop for its next iteration, as asyncio does; following
-   the loop's clock, or once its timer stopped under it, the deadline goes
-   to the loop's call_at().  Returns 0 or -1. */
-static int scope_schedule(ScopeObject *self, double when)
+/* The delay from now to `when` (loop.time()), in *delay; `now` is the
+   loop's time at the scope's creation, or NaN.  Returns 0 or -1. */
+static int scope_delay(ScopeObject *self, TimerObject *timer, bool on_loop, double now,
+                       double when, double *delay_out)
 {
     hwtimer_state *st = scope_state(self);
-    double now = self->created_at;
-    self->created_at = Py_NAN; /* good for the first deadline only */
-    if (!self->timer && !(self->timer = PyObject_CallNoArgs(st->default_timer)))
-        return -1;
-    TimerObject *timer = (TimerObject *)self->timer;
-    bool on_loop = (st->follow_loop_time && !timer->manual) || self->on_loop;
     double delay;
     if (!isnan(now) && !on_loop) {
         /* loop.time() now, from that at creation plus what the timer's
@@ -233,6 +226,40 @@ static int scope_schedule(ScopeObject *self, double when)
         if (now == -1.0 && PyErr_Occurred())
             return -1;
         delay = when - now;
+    }
+    *delay_out = delay;
+    return 0;
+}
+
+/* Puts the deadline `when` (loop.time()) on the wheel, or, if it has
+   passed, on the loop for its next iteration, as asyncio does; following
+   the loop's clock, or once its timer stopped under it, the deadline goes
+   to the loop's call_at().  Returns 0 or -1. */
+static int scope_schedule(ScopeObject *self, double when)
+{
+    hwtimer_state *st = scope_state(self);
+    double now = self->created_at;
+    self->created_at = Py_NAN; /* good for the first deadline only */
+    if (!self->timer && !(self->timer = PyObject_CallNoArgs(st->default_timer)))
+        return -1;
+    TimerObject *timer = (TimerObject *)self->timer;
+    bool on_loop = (st->follow_loop_time && !timer->manual) || self->on_loop;
+    double delay;
+    if (scope_delay(self, timer, on_loop, now, when, &delay) < 0)
+        return -1;
+    if (delay > 0 && !on_loop &&
+        !(hwt_timer_started(timer->core) && hwtimer_loop_has_sink(timer, self->loop))) {
+        /* The first deadline on this timer, or on this loop, starts the
+           timer or makes the loop's sink: done before the delay is taken,
+           not between that and the schedule, which reads the clock again,
+           else the deadline lands that much later (a tick later than an
+           equal one scheduled after it, in another scope) */
+        LoopSinkObject *sink = hwtimer_loop_prepare(timer, self->loop);
+        if (!sink)
+            return -1;
+        Py_DECREF(sink);
+        if (scope_delay(self, timer, on_loop, now, when, &delay) < 0)
+            return -1;
     }
     /* On the wheel the scope itself is the callback, run in an empty
        context: no bound method, no copy of the context.  On the loop it is

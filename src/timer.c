@@ -1014,6 +1014,16 @@ static PyObject *timer_new_periodic(TimerObject *self, PyObject *const *args, Py
     return to;
 }
 
+LoopSinkObject *hwtimer_loop_prepare(TimerObject *self, PyObject *loop)
+{
+    /* A timer not yet started has no sink: a loop it could not post to is
+       refused before the start, as hwtimer_loop_sink_for() refuses it. */
+    if ((!hwt_timer_started(self->core) && hwtimer_loop_check(loop) < 0) ||
+        call_own_start(self) < 0 || hwtimer_timer_start(self) < 0)
+        return NULL;
+    return hwtimer_loop_sink_for(self, loop);
+}
+
 PyObject *hwtimer_call_later(TimerObject *self, int64_t delay, PyObject *callback, PyObject *args,
                              PyObject *loop, PyObject *context)
 {
@@ -1023,12 +1033,8 @@ PyObject *hwtimer_call_later(TimerObject *self, int64_t delay, PyObject *callbac
 PyObject *hwtimer_call_every(TimerObject *self, int64_t delay, int64_t period_ns, int missed,
                              PyObject *callback, PyObject *args, PyObject *loop, PyObject *context)
 {
-    LoopSinkObject *sink;
-    /* A timer not yet started has no sink: a loop it could not post to is
-       refused before the start, as hwtimer_loop_sink_for() refuses it. */
-    if ((!hwt_timer_started(self->core) && hwtimer_loop_check(loop) < 0) ||
-        call_own_start(self) < 0 || hwtimer_timer_start(self) < 0 ||
-        !(sink = hwtimer_loop_sink_for(self, loop)))
+    LoopSinkObject *sink = hwtimer_loop_prepare(self, loop);
+    if (!sink)
         return NULL;
     /* Making the timeout releases what the worker handed back, which runs
        Python: that can close the loop and its sink, hence our reference. */

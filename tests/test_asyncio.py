@@ -1291,6 +1291,42 @@ def test_nested_same_deadline_outer_reports(run: Any, timeout: Any) -> None:
     run(main)
 
 
+def test_nested_equal_deadlines_on_a_new_timer_expire_together(run: Any) -> None:
+    """An inner scope at the outer one's deadline (timeout_at(outer.when()))
+    expires with it, as in asyncio: the outer one raises TimeoutError and
+    nothing after the inner block runs, also when the outer one is the
+    first deadline of its timer, which that first schedule starts.  The
+    start (threads, the loop's sink) once came between the delay's reading
+    and the schedule, and put the outer deadline a tick late: 9 rounds in
+    10 went wrong.  The deadlines are read a few microseconds apart still,
+    so a deadline that close to a tick's end may fall on either side: a
+    round or so in many can go wrong."""
+
+    async def nested(timer: hwtimer.HashedWheelTimer) -> list[str]:
+        seen: list[str] = []
+        try:
+            async with hwtimer.timeout(0.02, timer=timer) as outer:
+                try:
+                    async with hwtimer.timeout_at(outer.when(), timer=timer):
+                        await _forever()
+                except TimeoutError:
+                    seen.append("inner")
+                seen.append("after inner")
+                await _forever()
+        except TimeoutError:
+            seen.append("outer")
+        return seen
+
+    async def main() -> int:
+        wrong = 0
+        for _ in range(20):
+            with hwtimer.HashedWheelTimer(0.001) as timer:
+                wrong += await nested(timer) != ["outer"]
+        return wrong
+
+    assert run(main) <= 3
+
+
 def test_nested_deep(run: Any) -> None:
     async def main() -> None:
         task = asyncio.current_task()
