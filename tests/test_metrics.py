@@ -382,13 +382,13 @@ SHARED_IN_FORK_CHILD = """
         label = {"timer": "hwtimer-default"}
         prom = tuple(registry.get_sample_value(name, label) for name in
                      ("hwtimer_timeouts_scheduled_total", "hwtimer_timeouts_pending"))
-        points = {
+        names = ("hwtimer.timeouts.scheduled", "hwtimer.timeouts.pending")
+        points = {  # (the SDK may add metrics of its own, histograms)
             m.name: [p.value for p in m.data.data_points]
             for rm in reader.get_metrics_data().resource_metrics
-            for sm in rm.scope_metrics for m in sm.metrics
+            for sm in rm.scope_metrics for m in sm.metrics if m.name in names
         }
-        otel = tuple(points[name][0] for name in
-                     ("hwtimer.timeouts.scheduled", "hwtimer.timeouts.pending"))
+        otel = tuple(points[name][0] for name in names)
         return tuple(map(float, prom + otel))
 
     for _ in range(5):
