@@ -81,23 +81,31 @@ static PyObject *dispatch_run(DispatchObject *self, PyObject *unused)
 
 /* Whether `thread`, the dispatch thread's Thread (None once collected),
    will never run run(): it has ended, or it is this thread.  Not started
-   yet (no ident), it may still.  Runs Python code (Thread.is_alive()). */
-static bool thread_never_runs(PyObject *thread)
+   yet (no ident), it may still.  Returns 1, 0, or -1 with an exception:
+   its checks run Python code (Thread.ident, is_alive()), and with it the
+   signal handlers, whose KeyboardInterrupt must reach stop()'s caller. */
+static int thread_never_runs(PyObject *thread)
 {
     if (thread == Py_None)
-        return true; /* collected: it ended */
+        return 1; /* collected: it ended */
     PyObject *ident = PyObject_GetAttrString(thread, "ident");
-    bool never = false;
-    if (ident && ident != Py_None) {
-        if (PyLong_AsUnsignedLong(ident) == PyThread_get_thread_ident()) {
-            never = true;
+    if (!ident)
+        return -1;
+    int never = 0;
+    if (ident != Py_None) {
+        unsigned long id = PyLong_AsUnsignedLong(ident);
+        if (id == (unsigned long)-1 && PyErr_Occurred()) {
+            never = -1;
+        } else if (id == PyThread_get_thread_ident()) {
+            never = 1;
         } else {
             PyObject *alive = PyObject_CallMethod(thread, "is_alive", NULL);
-            never = alive && PyObject_IsTrue(alive) == 0;
+            int is_alive = alive ? PyObject_IsTrue(alive) : -1;
             Py_XDECREF(alive);
+            never = is_alive < 0 ? -1 : !is_alive;
         }
     }
-    Py_XDECREF(ident);
+    Py_DECREF(ident);
     return never;
 }
 
@@ -106,25 +114,22 @@ static bool thread_never_runs(PyObject *thread)
    before the call, and the thread died) or this is that thread (such a
    hook calls stop()).  If so it is marked abandoned and done: run()
    returns at once if it is ever called, and stop() runs what expired
-   here.  Called with the GIL; keeps an exception that is set. */
-static bool never_runs(DispatchObject *self)
+   here.  Called with the GIL.  Returns 1, 0, or -1 with an exception
+   (thread_never_runs()); with one set already, it asks nothing. */
+static int never_runs(DispatchObject *self)
 {
-    if (self->thread_id || self->done || !self->thread_ref)
-        return false;
-    PyObject *type, *value, *tb;
-    PyErr_Fetch(&type, &value, &tb);
+    if (self->thread_id || self->done || !self->thread_ref || PyErr_Occurred())
+        return 0;
     PyObject *thread = PyObject_CallNoArgs(self->thread_ref);
-    bool never = thread && thread_never_runs(thread);
+    int never = thread ? thread_never_runs(thread) : -1;
     Py_XDECREF(thread);
-    PyErr_Clear(); /* an error above: it is waited for, as before */
-    PyErr_Restore(type, value, tb);
-    if (!never || self->thread_id) /* the checks ran Python code */
-        return false;
+    if (never <= 0 || self->thread_id) /* the checks ran Python code */
+        return never < 0 ? -1 : 0;
     self->abandoned = true;
     pthread_mutex_lock(&self->lock);
     self->done = true;
     pthread_mutex_unlock(&self->lock);
-    return true;
+    return 1;
 }
 
 /* Waits, with the GIL released, until the dispatch thread has run its
@@ -141,8 +146,9 @@ int hwtimer_dispatch_wait_done(DispatchObject *self)
         return 0;
     }
     for (;;) {
-        if (never_runs(self))
-            return 0;
+        int never = never_runs(self);
+        if (never)
+            return never < 0 ? -1 : 0;
         bool done;
         Py_BEGIN_ALLOW_THREADS
         pthread_mutex_lock(&self->lock);
