@@ -1327,6 +1327,38 @@ def test_executor_submit_and_stop(make_timer) -> None:
     assert not fired & set(map(id, returned))
 
 
+def test_stop_waits_for_no_run_of_the_executor(make_timer) -> None:
+    # The README: stop() returns once the expired tasks are submitted; a
+    # task going on the executor then goes on, and one submitted behind
+    # it begins after stop() has returned, once.
+    release = threading.Event()
+    begun = threading.Event()
+
+    def held(timeout: Timeout) -> None:
+        begun.set()
+        release.wait(DEADLINE)
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        timer = make_timer(executor=pool)
+        timer.new_timeout(held, 0)
+        assert begun.wait(DEADLINE)
+        behind = Counter()
+        queued = timer.new_timeout(behind, 0)
+        assert wait_for(queued.is_expired)  # submitted, behind the held one
+        returned: list = []
+        stopper = threading.Thread(target=lambda: returned.append(timer.stop()))
+        stopper.start()
+        stopper.join(DEADLINE)
+        stopped = not stopper.is_alive()
+        ran_by_then = behind.count
+        release.set()
+        stopper.join()
+        assert stopped, "stop() waited for a run of the executor"
+        assert returned == [[]]
+        assert ran_by_then == 0
+    assert behind.count == 1  # the pool ran it after stop()
+
+
 def test_executor_inline(make_timer) -> None:
     # Netty's testExecutionOnTaskExecutor: an executor that runs the task at once
     ran = []
