@@ -245,6 +245,10 @@ struct TimerObject {
     double manual_carry;
     pthread_mutex_t advance_lock; /* held through advance() and stop() */
     unsigned long advancing;      /* the thread holding it, or 0 (GIL) */
+    /* borrowed, under the GIL: what the thread holding it waits for, as a
+       dispatch thread's waits_on (its tasks run on that thread); and the
+       ManualTimer whose advance_lock that thread took before this one's */
+    TimerObject *holder_waits_on, *held_outer;
     unsigned forks_seen;          /* the process's fork count it was made in */
     /* advance() runs (not stop()); and one of the tasks it ran raised
        KeyboardInterrupt (Ctrl-C lands in the thread that advances): it
@@ -361,9 +365,10 @@ typedef struct DispatchObject {
        be waited for */
     PyObject *thread_ref;
     pid_t pid;               /* the process its thread runs in */
-    /* borrowed: while this dispatch thread waits in a stop() of another
-       timer, that timer's dispatcher, to find stops that wait in a cycle */
-    struct DispatchObject *waits_for;
+    /* borrowed: while this dispatch thread waits in a stop() (for that
+       timer's dispatch thread) or for a ManualTimer's advance lock, that
+       timer, to find waits that form a cycle (timer.c) */
+    TimerObject *waits_on;
     /* What its thread was handed and has yet to finish, read only in a
        child of fork(), where that thread did not come along: held[0] the
        timeout whose run is going on (its reference not yet dropped),

@@ -211,7 +211,7 @@ DispatchObject *hwtimer_dispatch_new(TimerObject *timer)
     d->thread_id = 0;
     d->abandoned = false;
     d->pid = getpid();
-    d->waits_for = NULL;
+    d->waits_on = NULL;
     d->held[0] = d->held[1] = NULL;
     d->thread_ref = NULL;
     d->name = PyUnicode_FromFormat("%U-dispatch", timer->name);

@@ -101,8 +101,87 @@ static int manual_lock_after_fork(TimerObject *self)
     if (self->advancing && self->advancing == hwtimer_forking_thread)
         return 0;
     self->advancing = 0;
+    self->holder_waits_on = self->held_outer = NULL;
     int err = pthread_mutex_init(&self->advance_lock, NULL);
     return err ? hwtimer_core_error(self, err, "lock the timer after fork()") : 0;
+}
+
+/* What this thread waits for now, or NULL: a timer whose stop() waits
+   for its dispatch thread, or a ManualTimer whose advance_lock it waits
+   for; and the innermost ManualTimer whose advance_lock it holds (the
+   others chained through held_outer).  A wait is noted (note_wait()) in
+   its dispatcher, if it is a dispatch thread, and in each ManualTimer it
+   holds, whose tasks run on it too: the other threads look there. */
+static _Thread_local TimerObject *thread_waits_on;
+static _Thread_local TimerObject *thread_holds;
+
+/* Whether `timer`'s advancing thread, if any, is one of this process
+   (in a child of fork(), only the thread that forked came along). */
+static bool holder_here(TimerObject *timer)
+{
+    return timer->forks_seen == hwtimer_forks ||
+           (timer->advancing && timer->advancing == hwtimer_forking_thread);
+}
+
+/* Whether `timer`'s tasks run on this thread now: it is its dispatch
+   thread, or holds its advance_lock. */
+static bool runs_here(TimerObject *timer)
+{
+    if (timer->manual)
+        return timer->advancing == PyThread_get_thread_ident() && holder_here(timer);
+    DispatchObject *d = (DispatchObject *)timer->dispatcher;
+    return d && d == hwtimer_this_thread_dispatch && d->pid == getpid();
+}
+
+/* What the thread that runs `timer`'s tasks now waits for, or NULL. */
+static TimerObject *runner_waits_on(TimerObject *timer)
+{
+    if (timer->manual)
+        return timer->advancing && holder_here(timer) ? timer->holder_waits_on : NULL;
+    DispatchObject *d = (DispatchObject *)timer->dispatcher;
+    return d && d->pid == getpid() ? d->waits_on : NULL;
+}
+
+static void note_wait(TimerObject *timer)
+{
+    thread_waits_on = timer;
+    DispatchObject *mine = hwtimer_this_thread_dispatch;
+    if (mine && mine->pid == getpid())
+        mine->waits_on = timer;
+    for (TimerObject *m = thread_holds; m; m = m->held_outer)
+        m->holder_waits_on = timer;
+}
+
+/* Before this thread waits for the thread that runs `timer`'s tasks (in
+   `what`: stop(), or for a ManualTimer's advance_lock): refuses the wait
+   with RuntimeError if that thread waits, itself or through others that
+   do, for this one, which would then wait for ever; else notes it, and
+   keeps what this thread waited for in *outer, for wait_end().  Check
+   and note hold the GIL throughout: of two waits that would close a
+   cycle, the second sees the first.  Returns 0, or -1 with the error. */
+static int wait_begin(TimerObject *timer, const char *what, TimerObject **outer)
+{
+    *outer = thread_waits_on;
+    if (runs_here(timer))
+        return 0; /* no wait: a dealloc's stop() on its dispatch thread */
+    TimerObject *w = runner_waits_on(timer);
+    for (int hops = 0; w && hops < 1000; hops++, w = runner_waits_on(w)) {
+        if (runs_here(w)) {
+            PyErr_Format(PyExc_RuntimeError,
+                         "%s would wait forever: the thread that runs that timer's tasks waits, "
+                         "in a stop() or an advance, for this one",
+                         what);
+            return -1;
+        }
+    }
+    note_wait(timer);
+    return 0;
+}
+
+static void wait_end(TimerObject *outer)
+{
+    if (thread_waits_on != outer)
+        note_wait(outer);
 }
 
 int hwtimer_manual_lock(TimerObject *self, const char *what)
@@ -119,6 +198,9 @@ int hwtimer_manual_lock(TimerObject *self, const char *what)
         /* another thread advances it: wait for it to finish, running
            signal handlers meanwhile (Ctrl-C raises out of the wait, which
            has changed nothing), as a real timer's stop() does */
+        TimerObject *outer;
+        if (wait_begin(self, what, &outer) < 0)
+            return -1;
         for (;;) {
             bool locked;
             Py_BEGIN_ALLOW_THREADS
@@ -126,17 +208,30 @@ int hwtimer_manual_lock(TimerObject *self, const char *what)
             Py_END_ALLOW_THREADS
             if (locked)
                 break;
-            if (PyErr_CheckSignals() < 0)
+            if (PyErr_CheckSignals() < 0) {
+                wait_end(outer);
                 return -1;
+            }
         }
+        wait_end(outer);
     }
     self->advancing = me;
+    self->holder_waits_on = NULL;
+    self->held_outer = thread_holds;
+    thread_holds = self;
     return 0;
 }
 
 void hwtimer_manual_unlock(TimerObject *self)
 {
+    for (TimerObject **p = &thread_holds; *p; p = &(*p)->held_outer) {
+        if (*p == self) {
+            *p = self->held_outer;
+            break;
+        }
+    }
     self->advancing = 0;
+    self->holder_waits_on = self->held_outer = NULL;
     pthread_mutex_unlock(&self->advance_lock);
 }
 
@@ -421,24 +516,14 @@ PyObject *hwtimer_timer_stop(TimerObject *self)
         hwtimer_release_handed_back(self->core);
         return stop_list(self, left);
     }
-    DispatchObject *d = (DispatchObject *)self->dispatcher;
-    /* A dispatch thread that waits for another one must not be waited for
-       by it, nor by any in between. */
-    DispatchObject *mine = hwtimer_this_thread_dispatch;
-    if (mine && mine != d) {
-        for (DispatchObject *w = d; w; w = w->waits_for) {
-            if (w == mine) {
-                PyErr_SetString(PyExc_RuntimeError,
-                                "stop() would wait forever: that timer's dispatch thread waits, "
-                                "in a stop(), for this one");
-                return NULL;
-            }
-        }
-        mine->waits_for = d;
-    }
-    PyObject *r = stop_and_wait(self, d);
-    if (mine && mine != d)
-        mine->waits_for = NULL;
+    /* A thread that runs tasks (a dispatch thread, or one that advances a
+       ManualTimer) and waits for another one must not be waited for by
+       it, nor by any in between. */
+    TimerObject *outer;
+    if (wait_begin(self, "stop()", &outer) < 0)
+        return NULL;
+    PyObject *r = stop_and_wait(self, (DispatchObject *)self->dispatcher);
+    wait_end(outer);
     return r;
 }
 

@@ -244,6 +244,59 @@ def test_stops_that_wait_for_each_other_raise() -> None:
     assert proc.stdout == "['refused', 'stopped']\n"
 
 
+@pytest.mark.parametrize(
+    "cycle",
+    [
+        "stop-stop",  # a task of A stops M; a task of M, advanced elsewhere, stops A
+        "advance-stop",  # a task of A advances M; a task of M stops A
+        "manual-manual",  # two ManualTimers, each advanced in its own thread
+    ],
+)
+def test_waits_for_each_other_through_a_manual_timer_raise(cycle: str) -> None:
+    # A ManualTimer's tasks run on the thread that advances it, which
+    # stop() and advance() then wait for as stop() waits for a dispatch
+    # thread: of two such waits that would wait for each other for ever,
+    # the second raises, as between two dispatch threads.
+    code = """
+    import os, sys, threading, time, hwtimer
+    from hwtimer.testing import ManualTimer
+    cycle = sys.argv[1]
+    m = ManualTimer()
+    a = ManualTimer() if cycle == "manual-manual" else hwtimer.HashedWheelTimer(0.01)
+    both = threading.Barrier(2, timeout=10)
+    results = {}
+    def task(name, call):
+        def run(t):
+            both.wait()
+            try:
+                call()
+                results[name] = "returned"
+            except RuntimeError:
+                results[name] = "refused"
+        return run
+    m.new_timeout(task("m", a.stop), 0.001)
+    a.new_timeout(task("a", (lambda: m.advance(1)) if cycle == "advance-stop" else m.stop),
+                  0.001)
+    threads = [threading.Thread(target=m.advance, args=(0.01,), daemon=True)]
+    if cycle == "manual-manual":
+        threads.append(threading.Thread(target=a.advance, args=(0.01,), daemon=True))
+    for thread in threads:
+        thread.start()
+    end = time.monotonic() + 20
+    while len(results) < 2 and time.monotonic() < end:
+        time.sleep(0.01)
+    print(sorted(results.values()), flush=True)
+    if len(results) < 2:
+        os._exit(0)  # the threads wait for each other: nothing can stop
+    for thread in threads:
+        thread.join()
+    a.stop(); m.stop()
+    """
+    proc = run_python(code, timeout=60, argv=(cycle,))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "['refused', 'returned']\n"
+
+
 def test_stop_on_own_dispatch_thread_outside_a_task_is_refused(
     make_timer: Callable[..., hwtimer.HashedWheelTimer],
 ) -> None:
