@@ -290,6 +290,23 @@ PyObject *hwtimer_repr_for_log(PyObject *obj)
     if (exc)
         snprintf(raised, sizeof raised, "%s", hwtimer_type_name(Py_TYPE(exc)));
     Py_XDECREF(exc);
+    /* named as object.__repr__ names it (module and qualified name), its
+       closing '>' after what the repr raised */
+#ifdef Py_LIMITED_API
+    reprfunc object_repr = (reprfunc)PyType_GetSlot(&PyBaseObject_Type, Py_tp_repr);
+#else
+    reprfunc object_repr = PyBaseObject_Type.tp_repr;
+#endif
+    PyObject *plain = object_repr ? object_repr(obj) : NULL;
+    Py_ssize_t len = plain ? PyUnicode_GetLength(plain) : -1;
+    PyObject *head = len > 0 ? PyUnicode_Substring(plain, 0, len - 1) : NULL;
+    Py_XDECREF(plain);
+    if (head) {
+        r = PyUnicode_FromFormat("%U (repr() raised %s)>", head, raised);
+        Py_DECREF(head);
+        return r;
+    }
+    PyErr_Clear();
     return PyUnicode_FromFormat("<%.100s object at %p (repr() raised %s)>",
                                 hwtimer_type_name(Py_TYPE(obj)), (void *)obj, raised);
 }
