@@ -102,6 +102,37 @@ def test_stats_arithmetic_once_settled(make_timer):
     assert 1 <= s["max_expired_per_tick"] <= fired
 
 
+def test_stop_counts_what_it_cancels(make_timer):
+    # stop() cancels what is pending, returned or not (the deadlines of a
+    # scope and of sleep() go on on their loop's clock), and counts each in
+    # "cancelled", so that the sum still holds after it
+    timer = make_timer(0.01, 64)
+
+    async def main():
+        timer.new_timeout(str, 100)
+        timer.new_periodic(str, 100)
+        timer.call_later(100, str)
+
+        async def scoped():
+            async with hwtimer.timeout(100, timer=timer):
+                await asyncio.sleep(0.1)
+
+        tasks = [
+            asyncio.create_task(scoped()),
+            asyncio.create_task(hwtimer.sleep(0.1, timer=timer)),
+        ]
+        await asyncio.sleep(0.01)  # both deadlines are on the timer
+        assert timer.stats()["pending"] == 5
+        left = timer.stop()
+        await asyncio.gather(*tasks)
+        return left
+
+    left = asyncio.run(main())
+    assert len(left) == 3
+    s = timer.stats()
+    assert (s["scheduled"], s["pending"], s["expired"], s["cancelled"]) == (5, 0, 0, 5)
+
+
 def test_stats_count_rejections_and_task_errors(make_timer):
     timer = make_timer(0.005, 8, max_pending_timeouts=3)
     ran = threading.Event()
