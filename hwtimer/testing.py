@@ -130,6 +130,13 @@ _CLOCK_END_NS = 2**63 - 2
 #: a task that never waits must not hold it for ever.
 _SETTLE_STEPS = 100
 
+#: On a loop that hides its ready queue (uvloop), the turns in a row with
+#: no task due to step after which advance_async() takes the loop as
+#: settled.  A future's done callbacks take a turn of their own to wake the
+#: task that awaits it (gather(), shield(), a future a plain callback
+#: completes), one more for each callback or future between.
+_QUIET_TURNS = 3
+
 #: How long advance_async() waits, at most, for callbacks it handed to the
 #: loop to reach it (through the posting thread of a loop that has no
 #: add_reader()) before counting the turns it yields for them.
@@ -169,15 +176,15 @@ async def _settle(timer: ManualTimer, loop: asyncio.AbstractEventLoop) -> None:
     loop has nothing else ready to run.  asyncio's loops (and those built on
     them, looptime's) show their ready queue; for others (uvloop) their
     tasks show whether they are due to step (those woken by the tasks the
-    callbacks woke too), and one more turn of the loop after that is for
-    what else can be queued there.  Other advance_async() calls, settling
-    too, do not count as work."""
+    callbacks woke too), and _QUIET_TURNS turns in a row with none due are
+    for the callbacks queued there, which may wake one.  Other
+    advance_async() calls, settling too, do not count as work."""
     ready = getattr(loop, "_ready", None)
     me = asyncio.current_task()
     if me is not None:
         _settling.add(me)
     try:
-        steps = 0
+        steps = quiet = 0
         handover_end: float | None = None
         while steps < _SETTLE_STEPS:
             await asyncio.sleep(0)
@@ -186,6 +193,7 @@ async def _settle(timer: ManualTimer, loop: asyncio.AbstractEventLoop) -> None:
                 # descriptor the timer's posting thread, which needs the
                 # GIL, hands it over, so wait for it in real time, not in
                 # turns of the loop.
+                quiet = 0  # what they queue has its turns once they have run
                 if handover_end is None:
                     handover_end = time.monotonic() + _HANDOVER_WAIT
                 if time.monotonic() >= handover_end:
@@ -194,8 +202,11 @@ async def _settle(timer: ManualTimer, loop: asyncio.AbstractEventLoop) -> None:
             steps += 1
             if ready is None:
                 if any(_task_ready(t) for t in asyncio.all_tasks(loop) if t not in _settling):
+                    quiet = 0
                     continue
-                await asyncio.sleep(0)  # a turn for other callbacks they queued
+                quiet += 1  # a turn for the callbacks they queued, which may wake one
+                if quiet <= _QUIET_TURNS:
+                    continue
                 return
             if not _others_ready(ready):
                 return

@@ -482,6 +482,51 @@ def test_advance_async_lets_a_task_woken_by_a_woken_task_schedule_at_its_tick(
     run(main)
 
 
+def test_advance_async_waits_for_a_task_woken_through_a_futures_callbacks(
+    manual_timer: ManualTimer, run: Any
+) -> None:
+    """A task that awaits gather(), or a future that a plain callback
+    completes, is woken by callbacks that take turns of the loop of their
+    own, with no task ready to step meanwhile: on a loop that hides its
+    ready queue (uvloop) too, it schedules its next deadline before the
+    clock moves, at the start and at each tick."""
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        times: list[tuple[str, float]] = []
+
+        async def child() -> None:
+            pass
+
+        async def gathers() -> None:
+            await asyncio.gather(child(), child())
+            await hwtimer.sleep(1)
+            times.append(("gathered", manual_timer.time()))
+            await asyncio.gather(child(), child())
+            await hwtimer.sleep(1)
+            times.append(("gathered", manual_timer.time()))
+
+        async def called_back() -> None:
+            for _ in range(2):
+                done = loop.create_future()
+                loop.call_soon(loop.call_soon, done.set_result, None)
+                await done
+                await hwtimer.sleep(1)
+                times.append(("called back", manual_timer.time()))
+
+        tasks = [asyncio.ensure_future(gathers()), asyncio.ensure_future(called_back())]
+        await manual_timer.advance_async(2)
+        assert all(task.done() for task in tasks)
+        assert sorted(times) == [
+            ("called back", 1.0),
+            ("called back", 2.0),
+            ("gathered", 1.0),
+            ("gathered", 2.0),
+        ]
+
+    run(main)
+
+
 def test_advance_async_bad_input_changes_nothing(manual_timer: ManualTimer, run: Any) -> None:
     async def main() -> None:
         ran: list[int] = []
