@@ -644,3 +644,31 @@ def test_cancel_during_long_sleep_releases_task(make_timer):
     del task, timeout
     assert wait_for(lambda: (gc.collect(), ref() is None)[1])
     assert wait_for(lambda: timer.pending_timeouts() == 0)
+
+
+def test_cancels_soon_after_a_cancel_wake_are_let_go_within_about_a_second(make_timer):
+    """The first cancel of a long sleep wakes the worker; the next ones,
+    within the second after, do not, but the worker sleeps no longer
+    than to that second's end, so their tasks are let go of then."""
+    import gc
+    import weakref
+
+    timer = make_timer(0.01, 512)
+
+    class Task:
+        def __call__(self, t):
+            pass
+
+    tasks = [Task() for _ in range(3)]
+    refs = [weakref.ref(task) for task in tasks]
+    timeouts = [timer.new_timeout(task, 3600) for task in tasks]
+    del tasks
+    time.sleep(0.05)  # transferred; the worker sleeps for an hour
+    while timeouts:
+        assert timeouts.pop().cancel()
+        ref = refs.pop()
+        began = time.monotonic()
+        assert wait_for(lambda ref=ref: (gc.collect(), ref() is None)[1])
+        # the end of the second after the wake, with room for a busy machine
+        assert time.monotonic() - began < 5.0
+    assert timer.stats()["cancelled"] == 3
