@@ -419,9 +419,10 @@ static inline int64_t hwtimer_ceil_ns(double x)
     int64_t n = (int64_t)x;
     return x - (double)n > x * 0x1p-52 ? n + 1 : n;
 }
-/* The ns at or above which a delay saturates to HWT_NEVER (a double just
-   below 2**63). */
-#define HWTIMER_NEVER_NS_DOUBLE 9.2e18
+/* The ns at or above which a delay saturates to HWT_NEVER: 2**63, past
+   int64, as for an int delay; any double below it is at most 2**63 - 1024,
+   and its ceil fits. */
+#define HWTIMER_NEVER_NS_DOUBLE 0x1p63
 /* Parses seconds (int, float, timedelta, or anything with __float__) into
    ns, saturating at HWT_NEVER.  Returns 0, or -1 with TypeError/ValueError.
    A positive float, new_timeout()'s usual delay, is read here, inline. */

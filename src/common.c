@@ -113,14 +113,15 @@ int hwtimer_huge_seconds(PyObject *obj, double *out)
     return 0;
 }
 
-/* Whole seconds, exactly, into saturated ns.  Returns 0 or -1. */
+/* Whole seconds, exactly, into saturated ns: those past int64 (from
+   9223372037 s) are HWT_NEVER, as a float's are.  Returns 0 or -1. */
 static int int_delay(PyObject *integer, int64_t *ns)
 {
     int overflow;
     long long s = PyLong_AsLongLongAndOverflow(integer, &overflow);
     if (s == -1 && PyErr_Occurred())
         return -1;
-    if (overflow > 0 || s >= HWT_NEVER / 1000000000)
+    if (overflow > 0 || s > HWT_NEVER / 1000000000)
         *ns = HWT_NEVER;
     else if (overflow < 0 || s < 0)
         *ns = -1;

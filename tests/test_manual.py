@@ -159,6 +159,25 @@ def test_a_delay_past_the_clock_s_range_is_never(manual: ManualTimer, delay: flo
     assert timeout.cancel()
 
 
+@pytest.mark.parametrize(
+    "seconds, deadline",
+    [
+        (9_210_000_000, 9.21e9),
+        (9_223_372_036, 9_223_372_036.0),  # the last whole second before 2**63 ns
+        (9_223_372_037, float("inf")),
+    ],
+)
+def test_a_delay_near_the_clock_s_end_is_the_same_as_int_or_float(
+    manual: ManualTimer, seconds: int, deadline: float
+) -> None:
+    # the same number of seconds, whatever its type, falls due at the same
+    # time, or never
+    for delay in (seconds, float(seconds), Seconds(seconds), timedelta(seconds=seconds)):
+        timeout = manual.new_timeout(Recorder(manual), delay)
+        assert (delay, timeout.deadline) == (delay, deadline)
+        assert timeout.cancel()
+
+
 def test_deadlines_count_from_the_clock_at_scheduling(manual: ManualTimer) -> None:
     manual.advance(5)
     task = Recorder(manual)
