@@ -37,6 +37,17 @@ static void timers_unlink(TimerObject **head, TimerObject *self)
         self->running_next->running_prev = self->running_prev;
 }
 
+/* How many running timers run here: in a child of fork(), those the
+   parent started stay listed (the atexit hook stops them) but have no
+   worker, and run nothing. */
+static Py_ssize_t running_here(hwtimer_state *st)
+{
+    Py_ssize_t n = 0;
+    for (TimerObject *t = st->running_timers; t; t = t->running_next)
+        n += !hwt_timer_orphaned(t->core);
+    return n;
+}
+
 /* Lists `self` as running.  Returns true if it is the first timer past
    MAX_LIVE_TIMERS, for the caller to warn_too_many() once its start is
    done: the warning runs Python code (logging's handlers), which may stop
@@ -47,7 +58,8 @@ static bool running_add(TimerObject *self)
     hwtimer_state *st = self->module_state;
     self->running = true;
     timers_link(&st->running_timers, self);
-    if (++st->nrunning > MAX_LIVE_TIMERS && !st->warned_too_many) {
+    if (++st->nrunning > MAX_LIVE_TIMERS && !st->warned_too_many &&
+        running_here(st) > MAX_LIVE_TIMERS) {
         st->warned_too_many = true;
         return true;
     }

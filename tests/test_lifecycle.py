@@ -973,6 +973,48 @@ def test_forked_child_exits_without_stopping_inherited_timer() -> None:
     assert_runs_clean(code)
 
 
+def test_forked_child_counts_only_its_own_timers_as_running() -> None:
+    # The ERROR for more than 64 running timers: in the child, those the
+    # parent started have no worker and run nothing, so they do not count.
+    code = (
+        FORK_PRELUDE
+        + """
+    import logging
+
+    records = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            records.append(record.getMessage())
+
+    logging.getLogger("hwtimer").addHandler(Keep())
+    parents = [hwtimer.HashedWheelTimer(0.01) for _ in range(20)]
+    for t in parents:
+        t.start()
+    pid = os.fork()
+    if pid == 0:
+        with reported():
+            timers = [hwtimer.HashedWheelTimer(0.01) for _ in range(64)]
+            for t in timers:
+                t.start()
+            check(records == [], f"64 timers of the child's own logged {records}")
+            timers.append(hwtimer.HashedWheelTimer(0.01))
+            timers[-1].start()
+            check(len(records) == 1 and "more than 64" in records[0],
+                  f"the child's 65th timer logged {records}")
+            for t in timers:
+                t.stop()
+        sys.exit(child_status())
+    assert wait_child(pid) == 0
+    assert records == [], records
+    for t in parents:
+        t.stop()
+    print("ok", flush=True)
+"""
+    )
+    assert_runs_clean(code)
+
+
 FORK_UNDER_LOAD = (
     FORK_PRELUDE
     + """
