@@ -773,6 +773,8 @@ PyObject *hwtimer_timer_stop(TimerObject *timer);
 PyObject *hwtimer_timer_own_stop(TimerObject *timer);
 /* Takes `timer` out of stopping_timers, if there. */
 void hwtimer_timer_unlist_stopping(TimerObject *timer);
+/* Takes `timer` out of running_timers, if there, without stopping it. */
+void hwtimer_timer_unlist_running(TimerObject *timer);
 /* Schedules callback(*args) (args a tuple) on `loop` in `context` (NULL: a
    copy of the current one).  Returns a new LoopTimeout or NULL. */
 PyObject *hwtimer_call_later(TimerObject *self, int64_t delay, PyObject *callback, PyObject *args,

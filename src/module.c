@@ -109,7 +109,11 @@ static TimerObject *first_alive(TimerObject *timer)
    registered with atexit.  A timer's own stop() (a subclass's override)
    is called, as at the end of a with block; if it raises, its error is
    reported, and if it raises or leaves the timer running, the built-in
-   stop() stops it, so that no dispatch thread outlives the interpreter. */
+   stop() stops it, so that no dispatch thread outlives the interpreter.
+   A ManualTimer has no threads: one whose stop() raised while another
+   thread is in its advance() (a signal ended the wait for that thread)
+   is left as it is, since waiting for that thread again would let no
+   signal end the exit. */
 static PyObject *stop_all(PyObject *module, PyObject *unused)
 {
     (void)unused;
@@ -119,15 +123,19 @@ static PyObject *stop_all(PyObject *module, PyObject *unused)
     while ((timer = first_alive(st->running_timers))) {
         Py_INCREF(timer);
         PyObject *r = timer->dying ? hwtimer_timer_stop(timer) : hwtimer_timer_own_stop(timer);
-        if (!r)
+        bool raised = !r;
+        if (raised)
             PyErr_WriteUnraisable((PyObject *)timer);
         Py_XDECREF(r);
-        if (timer->running) {
+        if (timer->running && !(raised && timer->manual && timer->advancing)) {
             r = hwtimer_timer_stop(timer);
-            if (!r)
+            raised = !r;
+            if (raised)
                 PyErr_WriteUnraisable((PyObject *)timer);
             Py_XDECREF(r);
         }
+        if (timer->running && raised && timer->manual)
+            hwtimer_timer_unlist_running(timer); /* the hook goes on with the others */
         hwtimer_timer_unlist_stopping(timer); /* a signal here ends its wait */
         Py_DECREF(timer);
     }

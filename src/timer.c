@@ -92,6 +92,11 @@ static void stopping_add(TimerObject *self)
     timers_link(&self->module_state->stopping_timers, self);
 }
 
+void hwtimer_timer_unlist_running(TimerObject *self)
+{
+    running_remove(self);
+}
+
 void hwtimer_timer_unlist_stopping(TimerObject *self)
 {
     if (!self->stopping)

@@ -556,6 +556,40 @@ def test_exit_after_an_interrupted_stop_lets_the_running_task_finish() -> None:
     assert proc.stderr == ""
 
 
+def test_ctrl_c_at_exit_ends_the_wait_for_a_manual_timer_another_thread_advances() -> None:
+    """At exit, the hook's stop() of a ManualTimer waits for the advance()
+    that a daemon thread is in, here in a task that never returns: Ctrl-C
+    ends that wait, as it ends the wait for a real timer's task, and the
+    hook goes on with the other timers instead of waiting again."""
+    code = """
+        import os, signal, threading, time, hwtimer
+        from hwtimer.testing import ManualTimer
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        manual = ManualTimer()
+        in_task = threading.Event()
+        manual.new_timeout(lambda t: (in_task.set(), threading.Event().wait()), 0.001)
+        threading.Thread(target=manual.advance, args=(1,), daemon=True).start()
+        assert in_task.wait(10)
+        other = hwtimer.HashedWheelTimer(0.01)
+        other.new_timeout(lambda t: None, 60)
+
+        def ctrl_c():
+            # once the hook has stopped `other`, started last, so listed
+            # first: it then waits for the manual timer
+            while "stopped" not in repr(other):
+                time.sleep(0.01)
+            time.sleep(0.2)
+            os.kill(os.getpid(), signal.SIGINT)
+
+        threading.Thread(target=ctrl_c, daemon=True).start()  # the exit leaves it running
+        print("exiting", flush=True)
+    """
+    proc = run_python(code, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "exiting\n"
+    assert proc.stderr.count("KeyboardInterrupt") == 1, proc.stderr
+
+
 def test_exit_while_a_dropped_timer_runs_its_weakref_callbacks() -> None:
     """A running timer whose class has a __del__ of its own is stopped by
     its dealloc, after its weak references' callbacks ran: one that lets
