@@ -170,7 +170,7 @@ typedef struct {
     /* borrowed: stopped by a stop() that a signal interrupted, whose
        dispatch thread no stop() has seen finish yet */
     TimerObject *stopping_timers;
-    bool warned_too_many;
+    pid_t too_many_logged_by; /* the process that logged the ERROR for them, or 0 */
     TimeoutObject *free_timeouts; /* owned, unlinked memory of released
                                      Timeouts, chained through `task` */
     Py_ssize_t nfree;

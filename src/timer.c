@@ -49,18 +49,18 @@ static Py_ssize_t running_here(hwtimer_state *st)
 }
 
 /* Lists `self` as running.  Returns true if it is the first timer past
-   MAX_LIVE_TIMERS, for the caller to warn_too_many() once its start is
-   done: the warning runs Python code (logging's handlers), which may stop
-   this timer, and a stop() waits for a dispatch thread the start has yet
-   to start. */
+   MAX_LIVE_TIMERS in this process (a child of fork() has its own), for the
+   caller to warn_too_many() once its start is done: the warning runs
+   Python code (logging's handlers), which may stop this timer, and a
+   stop() waits for a dispatch thread the start has yet to start. */
 static bool running_add(TimerObject *self)
 {
     hwtimer_state *st = self->module_state;
     self->running = true;
     timers_link(&st->running_timers, self);
-    if (++st->nrunning > MAX_LIVE_TIMERS && !st->warned_too_many &&
+    if (++st->nrunning > MAX_LIVE_TIMERS && st->too_many_logged_by != getpid() &&
         running_here(st) > MAX_LIVE_TIMERS) {
-        st->warned_too_many = true;
+        st->too_many_logged_by = getpid();
         return true;
     }
     return false;
@@ -459,7 +459,7 @@ int hwtimer_timer_start(TimerObject *self)
         if (warn && self->running)
             warn_too_many(self->module_state);
         else if (warn) /* not running after all: the next one past the limit warns */
-            self->module_state->warned_too_many = false;
+            self->module_state->too_many_logged_by = 0;
         PyErr_Restore(type, value, tb);
         return -1;
     }

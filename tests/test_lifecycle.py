@@ -1049,6 +1049,47 @@ def test_forked_child_counts_only_its_own_timers_as_running() -> None:
     assert_runs_clean(code)
 
 
+def test_forked_child_logs_too_many_timers_once_of_its_own() -> None:
+    # The ERROR is logged once per process: the parent's does not stand
+    # for a child that runs more than 64 timers of its own.
+    code = (
+        FORK_PRELUDE
+        + """
+    import logging
+
+    records = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            records.append(record.getMessage())
+
+    logging.getLogger("hwtimer").addHandler(Keep())
+    parents = [hwtimer.HashedWheelTimer(0.01) for _ in range(65)]
+    for t in parents:
+        t.start()
+    assert len(records) == 1 and "more than 64" in records[0], records
+    pid = os.fork()
+    if pid == 0:
+        with reported():
+            records.clear()
+            timers = [hwtimer.HashedWheelTimer(0.01) for _ in range(66)]
+            for t in timers:
+                t.start()
+            check(len(records) == 1 and "more than 64" in records[0],
+                  f"66 timers of the child's own logged {records}")
+            for t in timers:
+                t.stop()
+        sys.exit(child_status())
+    assert wait_child(pid) == 0
+    for t in parents:
+        t.stop()
+    assert len(records) == 1, records
+    print("ok", flush=True)
+"""
+    )
+    assert_runs_clean(code)
+
+
 FORK_UNDER_LOAD = (
     FORK_PRELUDE
     + """
