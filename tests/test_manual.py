@@ -1242,6 +1242,22 @@ def test_a_reset_goes_ahead_of_what_was_scheduled_before_it_and_not_taken_in(
     assert order == ["b", "a", "c"]
 
 
+def test_reset_timeouts_are_relinked_in_the_order_of_their_first_reset(
+    manual: ManualTimer,
+) -> None:
+    # Between two ticks, a timeout reset again keeps the place its first
+    # reset gave it among the reset ones, whatever its new deadline.
+    order: list[str] = []
+    handles = {n: manual.new_timeout(lambda to, n=n: order.append(n), 5) for n in "abc"}
+    manual.advance(0.001)  # all three in the wheel
+    for name in "bab":
+        assert handles[name].reset(0.004) is True
+    assert handles["c"].reset(0.003) is True
+    assert handles["c"].reset(0.004) is True
+    manual.advance(0.01)
+    assert order == ["b", "a", "c"]
+
+
 def test_reset_moves_the_deadline_on_the_manual_clock(manual: ManualTimer) -> None:
     task = Recorder(manual)
     timeout = manual.new_timeout(task, 10)
