@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import math
 import os
 import signal
 import threading
@@ -1109,6 +1110,21 @@ def test_a_period_shorter_than_the_tick(make_manual, missed: str, runs: int) -> 
     timer.new_periodic(task, 0.001, missed=missed)
     assert timer.advance(0.1) == runs
     assert sorted(set(task.times)) == pytest.approx([0.01 * k for k in range(1, 11)])
+
+
+def test_a_periodic_of_infinite_period_runs_once_then_never_falls_due(
+    manual: ManualTimer,
+) -> None:
+    runs: list[float] = []
+    periodic = manual.new_periodic(lambda to: runs.append(manual.time()), math.inf, delay=0.01)
+    manual.advance(1e6)
+    assert runs == [pytest.approx(0.01, abs=0.002)]
+    assert periodic.deadline == math.inf
+    assert not periodic.is_expired() and not periodic.is_cancelled()
+    stats = manual.stats()
+    assert (stats["pending"], stats["never_due"]) == (1, 1)
+    assert manual.stop() == [periodic]
+    assert periodic.is_cancelled()
 
 
 def test_advance_counts_only_the_periodic_runs_that_happen(make_manual) -> None:
