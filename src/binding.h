@@ -16,7 +16,7 @@
  *   timer.c        hwtimer.HashedWheelTimer
  *   monitor.c      stats() and pending_snapshot()
  *   dispatch.c     _Dispatch, whose run() is a dispatch thread's body
- *   loopsink.c     _LoopSink: delivery of call_later() to an event loop
+ *   loopsink.c     _LoopSink and _LoopDelivery: call_later() to an event loop
  *   runner.c       the task runner every consumer runs timeouts with
  *   looptimeout.c  _LoopTimeout, call_later()'s and call_every()'s Timeout
  *   timeout.c      hwtimer.Timeout, and _PeriodicTimeout (one file: it is
@@ -129,6 +129,7 @@ typedef struct TimeoutObject TimeoutObject;
     X(PyTypeObject, periodic_type) /* new_periodic()'s Timeout */                                  \
     X(PyTypeObject, dispatch_type)                                                                 \
     X(PyTypeObject, loop_sink_type)                                                                \
+    X(PyTypeObject, loop_delivery_type)                                                            \
     X(PyTypeObject, done_type)                                                                     \
     X(PyTypeObject, scope_type)                                                                    \
     X(PyTypeObject, manual_type) /* hwtimer._hwtimer._ManualTimer */                               \
@@ -341,6 +342,9 @@ struct LoopSinkObject {
     bool owns_loop;
     bool closed;                 /* delivers nothing more */
     LoopTimeoutObject *timeouts; /* borrowed: its timeouts not yet deallocated */
+    /* borrowed, or NULL once it has gone: the sink's LoopDeliveryObject,
+       which holds the sink; the sink is closed when it goes */
+    PyObject *delivery;
     PyObject *weakreflist;       /* the timer's list refers to it weakly */
     LoopSinkObject *all_next, *all_prev; /* in module_state->all_loop_sinks */
 };
@@ -691,6 +695,7 @@ void hwtimer_handed_out_clear(TimerObject *timer);
 
 /* loopsink.c */
 extern PyType_Spec hwtimer_loop_sink_spec;
+extern PyType_Spec hwtimer_loop_delivery_spec;
 /* Returns the LoopSinkObject delivering to `loop` (a new reference),
    created and registered with the loop on first use; NULL with an
    exception. */

@@ -7,15 +7,24 @@
  * runs the whole batch in its own thread.  A loop that cannot watch a file
  * descriptor (it has no add_reader, or add_reader raises
  * NotImplementedError, as Windows' Proactor loop and some custom loops do)
- * is served by a posting thread instead:
- * it waits on the fd and hands each batch over with one
- * call_soon_threadsafe.  The thread holds the sink only while the loop
- * has no batch of it posted: a loop left unclosed is collected
- * with what was handed to it, as one that watches the fd is.  When the
+ * is served by a posting thread instead: it waits on the fd and hands
+ * each batch over with one call_soon_threadsafe.  The thread holds the
+ * sink (its delivery, below) only while the loop has no batch of it
+ * posted: a loop left unclosed is collected with what was handed to it,
+ * as one that watches the fd is.  When the
  * loop goes away (closed, which drops the wake fd's reader; collected; or
  * found closed) the sink is closed: what it held is released, the
  * timeouts it still has on the wheel are cancelled, and any that expire
  * meanwhile are released, not run.
+ *
+ * What the loop holds of the sink is its _LoopDelivery (the reader it
+ * watches the fd with, or the batch posted to it, is a method of it),
+ * which holds the sink and owns, for the cyclic GC, the callbacks handed
+ * to the loop and not yet run: a loop's ready handles are the loop's.  The
+ * sink itself is held by every timeout still on the wheel, which the GC
+ * does not see: had the sink owned those handed over, one callback pending
+ * for an hour would keep them, and the loop that they hold, for that hour
+ * when the loop is left unclosed.
  */
 #include "binding.h"
 
@@ -60,8 +69,8 @@ static LoopSinkObject *sink_at(PyObject *sinks, Py_ssize_t i)
 }
 
 /* What the posting thread runs on (its target is bound to its capsule),
-   so that it never holds the sink while the sink holds what was delivered
-   to it, which may hold the loop.  The sink holds it, to wake the thread.
+   so that it never holds the delivery while the delivery holds what was
+   delivered, which may hold the loop.  The sink holds it, to wake the thread.
    All of it is used with the GIL held. */
 typedef struct LoopPoster {
     /* owned: the sink's, taken over when the thread was made; closed by
@@ -69,16 +78,16 @@ typedef struct LoopPoster {
        so the thread never polls a closed (maybe reused) descriptor */
     hwt_wakefd wakefd;
     PyObject *sink_ref; /* owned weak reference to the sink */
-    /* owned, or NULL: the sink, held for its loop (which holds a reader
-       of a sink that watches the fd) while the loop has no _run() of it
-       posted.  Let go of before each post, which the loop holds until it
-       runs it; _run() gives it back once it returns, unless another is
-       posted.  A loop left unclosed then holds the sink only from within:
-       it is collected with what was delivered to it. */
+    /* owned, or NULL: the sink's delivery, held for its loop (which holds
+       the reader of a sink that watches the fd) while the loop has no
+       _run() of it posted.  Let go of before each post, which the loop
+       holds until it runs it; _run() gives it back once it returns, unless
+       another is posted.  A loop left unclosed then holds the delivery
+       only from within: it is collected with what was delivered to it. */
     PyObject *held;
     /* how many _run() calls posted to the loop it has yet to start: the
-       loop holds the sink through them, and the thread holds it whenever
-       there is none, also while a batch waits for it to post */
+       loop holds the delivery through them, and the thread holds it
+       whenever there is none, also while a batch waits for it to post */
     Py_ssize_t posted;
     /* hwtimer_forks when the thread was made: in a child of fork(), the
        thread is the parent's, and never lets go of `held` there */
@@ -88,21 +97,23 @@ typedef struct LoopPoster {
 
 static const char poster_name[] = "hwtimer._loop_poster";
 
-/* The sink's _run() has returned: the posting thread holds the sink
+/* The sink's _run() has returned: the posting thread holds the delivery
    again, until it posts the next batch.  Not while the loop has another
-   _run() posted, which holds the sink till it runs.  A timeout delivered
-   since the take does not count: the worker woke the thread for it, which
-   has yet to post, and nothing else holds the sink meanwhile. */
+   _run() posted, which holds the delivery till it runs.  A timeout
+   delivered since the take does not count: the worker woke the thread for
+   it, which has yet to post, and nothing else holds the delivery
+   meanwhile. */
 static void held_by_poster(LoopSinkObject *self)
 {
     LoopPoster *p = self->post;
-    if (!p || p->done || p->held || p->posted > 0 || self->closed)
+    if (!p || p->done || p->held || p->posted > 0 || self->closed || !self->delivery)
         return;
-    Py_INCREF(self);
-    p->held = (PyObject *)self;
+    Py_INCREF(self->delivery);
+    p->held = self->delivery;
 }
 
 static int watch_post(LoopSinkObject *self, PyObject *run);
+static PyObject *delivery_new(LoopSinkObject *sink);
 
 /* The worker's wake-up for a loop: runs with the sink's lock held. */
 static void loop_sink_wake(hwt_sink *s)
@@ -129,8 +140,8 @@ static void close_fd(LoopSinkObject *self)
     if (p && p->forks != hwtimer_forks) {
         /* a child of fork(): the thread is the parent's, which polls
            nothing here and never lets go of the poster (its stack, which
-           holds it, is lost), so close the fd and let go of the sink for
-           it (every caller holds the sink) */
+           holds it, is lost), so close the fd and let go of the delivery
+           for it (every caller holds the sink, and has closed it) */
         p->done = true;
         hwt_wakefd_close(&p->wakefd);
         self->sink.wake_fd = -1;
@@ -267,7 +278,8 @@ static void run_again(LoopSinkObject *self)
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
     PyObject *loop = hwtimer_sink_loop(self);
-    PyObject *run = loop ? PyObject_GetAttrString((PyObject *)self, "_run") : NULL;
+    /* the delivery is alive: this is its _run() */
+    PyObject *run = loop && self->delivery ? PyObject_GetAttrString(self->delivery, "_run") : NULL;
     PyObject *r = run && watch_post(self, run) == 0
                       ? PyObject_CallMethod(loop, "call_soon", "O", run)
                       : NULL;
@@ -282,9 +294,8 @@ static void run_again(LoopSinkObject *self)
 }
 
 /* _run(): the loop's reader callback, or the callback posted to it. */
-static PyObject *sink_run(LoopSinkObject *self, PyObject *unused)
+static PyObject *sink_run(LoopSinkObject *self)
 {
-    (void)unused;
     if (!self->posting && self->wakefd.read_fd >= 0) {
         int err = hwt_wakefd_drain(self->wakefd.read_fd);
         if (err) {
@@ -484,12 +495,15 @@ static PyObject *sink_post(PyObject *capsule, PyObject *unused)
             break;
         }
         bool finished = sink_finished(s);
-        /* From here the loop holds the sink, through the posted _run(),
-           until it runs it.  Let go of before posting, which runs Python:
-           the loop's thread may run _run() meanwhile, which holds the sink
-           for this thread again. */
+        /* From here the loop holds the delivery, through the posted
+           _run(), until it runs it.  Let go of before posting, which runs
+           Python: the loop's thread may run _run() meanwhile, which holds
+           the delivery for this thread again.  An open sink has one. */
+        PyObject *delivery = s->delivery;
+        Py_XINCREF(delivery);
         Py_CLEAR(p->held);
-        PyObject *run = PyObject_GetAttrString((PyObject *)s, "_run");
+        PyObject *run = delivery ? PyObject_GetAttrString(delivery, "_run") : NULL;
+        Py_XDECREF(delivery); /* `run` holds it */
         bool watched = run && watch_post(s, run) == 0;
         PyObject *loop = watched ? hwtimer_sink_loop(s) : NULL;
         /* counted before the loop can run it, which may be while posting */
@@ -594,8 +608,8 @@ static int start_poster(LoopSinkObject *self)
         self->posting = true;
         p->done = false;
         p->forks = hwtimer_forks;
-        Py_INCREF(self);
-        p->held = (PyObject *)self;
+        Py_INCREF(self->delivery); /* its caller holds it */
+        p->held = self->delivery;
     }
     /* start() can raise with the thread made (an exception while it waits
        for the thread to start): the thread, if it runs, ends at once, as
@@ -605,7 +619,7 @@ static int start_poster(LoopSinkObject *self)
         PyObject *type, *value, *tb;
         PyErr_Fetch(&type, &value, &tb);
         self->post->done = true;
-        Py_CLEAR(self->post->held); /* the caller holds the sink */
+        Py_CLEAR(self->post->held); /* the caller holds the delivery */
         PyErr_Restore(type, value, tb);
     }
     Py_XDECREF(r);
@@ -622,9 +636,8 @@ static int start_poster(LoopSinkObject *self)
    NotImplementedError), starts the
    posting thread.  On failure the sink is closed: nothing would run its
    callbacks. */
-static PyObject *sink_register(LoopSinkObject *self, PyObject *unused)
+static PyObject *sink_register(LoopSinkObject *self)
 {
-    (void)unused;
     if (self->posting)
         Py_RETURN_NONE; /* registered already */
     PyObject *loop = self->closed ? NULL : hwtimer_sink_loop(self);
@@ -634,8 +647,9 @@ static PyObject *sink_register(LoopSinkObject *self, PyObject *unused)
         close_fd(self);
         Py_RETURN_NONE;
     }
-    /* the reader is the loop's alone: watched, its loss tells of a close */
-    PyObject *reader = PyObject_GetAttrString((PyObject *)self, "_run");
+    /* the reader is the loop's alone: watched, its loss tells of a close;
+       its caller holds the delivery */
+    PyObject *reader = PyObject_GetAttrString(self->delivery, "_run");
     PyObject *gone = reader ? PyCFunction_New(&reader_gone_def, (PyObject *)self) : NULL;
     PyObject *ref = gone ? PyWeakref_NewRef(reader, gone) : NULL;
     Py_XDECREF(gone);
@@ -679,13 +693,13 @@ static int register_with_loop(hwtimer_state *st, LoopSinkObject *s, PyObject *lo
     PyErr_Clear();
     PyObject *r;
     if (running == loop) {
-        r = sink_register(s, NULL);
+        r = sink_register(s);
     } else {
         /* A loop closed before it calls _register() drops the call unmade:
            it never watches the fd, so no reader of its goes.  Watched as
            the reader is, the call's end tells of that close too (once
            made, _register() watches the reader instead). */
-        PyObject *reg = PyObject_GetAttrString((PyObject *)s, "_register");
+        PyObject *reg = PyObject_GetAttrString(s->delivery, "_register");
         PyObject *gone = reg ? PyCFunction_New(&reader_gone_def, (PyObject *)s) : NULL;
         PyObject *ref = gone ? PyWeakref_NewRef(reg, gone) : NULL;
         Py_XDECREF(gone);
@@ -745,6 +759,7 @@ static LoopSinkObject *sink_new(TimerObject *timer, PyObject *loop)
     s->all_prev = s->all_next = NULL;
     s->loop = NULL;
     s->timeouts = NULL;
+    s->delivery = NULL;
     s->owns_loop = false;
     s->closed = true; /* until it is set up */
     s->posting = false;
@@ -814,9 +829,16 @@ LoopSinkObject *hwtimer_loop_sink_for(TimerObject *timer, PyObject *loop)
     LoopSinkObject *made = sink_new(timer, loop);
     if (!made)
         return NULL;
-    if ((s = find_sink(timer, loop)) != NULL) {
+    /* held here until the loop holds it (or the posting thread does) */
+    PyObject *delivery = delivery_new(made);
+    if (!delivery) {
         sink_close(made);
         close_fd(made);
+        Py_DECREF(made);
+        return NULL;
+    }
+    if ((s = find_sink(timer, loop)) != NULL) {
+        Py_DECREF(delivery); /* closes `made` */
         Py_DECREF(made);
         Py_INCREF(s);
         return s;
@@ -830,12 +852,16 @@ LoopSinkObject *hwtimer_loop_sink_for(TimerObject *timer, PyObject *loop)
         close_fd(made);
         PyObject *type, *value, *tb;
         PyErr_Fetch(&type, &value, &tb);
+        Py_DECREF(delivery);
         if (drop_closed(timer->loop_sinks) < 0)
             PyErr_Clear();
         PyErr_Restore(type, value, tb);
         Py_DECREF(made);
         return NULL;
     }
+    /* a loop that let go of it already (closed meanwhile) closes the sink:
+       the caller finds it closed */
+    Py_DECREF(delivery);
     return made;
 }
 
@@ -864,26 +890,12 @@ static int sink_traverse(LoopSinkObject *self, visitproc visit, void *arg)
     Py_VISIT(self->reader_ref);
     if (self->owns_loop)
         Py_VISIT(self->loop);
-    /* The timeouts delivered here and not yet taken by _run() are the
-       sink's, as a loop's ready handles are the loop's: they often hold
-       the loop, which holds the sink.  The collection's start tracked them
-       (hwtimer_loop_sinks_track_delivered); the worker only adds to the
-       chain meanwhile, and what it adds, untracked, is seen as held from
-       outside. */
-    int r = 0;
-    if (self->sink.timer) {
-        pthread_mutex_lock(&self->sink.lock);
-        for (hwt_timeout *node = self->sink.head; node && !r;
-             node = hwt_timeout_of(node->link.next))
-            r = visit((PyObject *)TIMEOUT_OF(node), arg);
-        pthread_mutex_unlock(&self->sink.lock);
-    }
-    return r;
+    /* not the timeouts delivered here: its delivery shows them */
+    return 0;
 }
 
 static int sink_clear(LoopSinkObject *self)
 {
-    /* releases the delivered timeouts, which traverse showed */
     if (self->sink.timer)
         sink_close(self);
     Py_CLEAR(self->loop_ref);
@@ -924,12 +936,6 @@ static void sink_dealloc(LoopSinkObject *self)
     Py_DECREF(tp);
 }
 
-static PyMethodDef sink_methods[] = {
-    {"_run", (PyCFunction)sink_run, METH_NOARGS, "Runs the callbacks delivered to this loop."},
-    {"_register", (PyCFunction)sink_register, METH_NOARGS, "Starts the loop's watch on the sink."},
-    {NULL, NULL, 0, NULL},
-};
-
 static PyMemberDef sink_members[] = {
     {"__weaklistoffset__", T_PYSSIZET, offsetof(LoopSinkObject, weakreflist), READONLY, NULL},
     {NULL, 0, 0, 0, NULL},
@@ -938,8 +944,7 @@ static PyMemberDef sink_members[] = {
 static PyType_Slot sink_slots[] = {
     {Py_tp_new, hwtimer_new_refused}, {Py_tp_dealloc, sink_dealloc},
     {Py_tp_traverse, sink_traverse},  {Py_tp_clear, sink_clear},
-    {Py_tp_methods, sink_methods},    {Py_tp_members, sink_members},
-    {0, NULL},
+    {Py_tp_members, sink_members},    {0, NULL},
 };
 
 PyType_Spec hwtimer_loop_sink_spec = {
@@ -947,4 +952,127 @@ PyType_Spec hwtimer_loop_sink_spec = {
     .basicsize = sizeof(LoopSinkObject),
     .flags = HWTIMER_TPFLAGS | Py_TPFLAGS_HAVE_GC,
     .slots = sink_slots,
+};
+
+/* ---- the delivery: what the loop holds of the sink ---- */
+
+/* The loop's hold on a sink: the reader it watches the fd with, the
+   _register() call it is to make, and the batches posted to it are
+   methods of it.  It holds the sink, and owns, for the cyclic GC, the
+   callbacks delivered to the loop that it has not run (the sink does not:
+   the timeouts on the wheel hold the sink, unseen by the GC).  The sink
+   is closed when it goes: nothing would run what is delivered there. */
+typedef struct LoopDeliveryObject {
+    PyObject_HEAD
+    LoopSinkObject *sink; /* owned */
+} LoopDeliveryObject;
+
+/* Returns the delivery of `sink`, which has none yet (a new reference),
+   or NULL. */
+static PyObject *delivery_new(LoopSinkObject *sink)
+{
+    hwtimer_state *st = hwtimer_state_of_type(Py_TYPE(sink));
+    LoopDeliveryObject *d = PyObject_GC_New(LoopDeliveryObject, st->loop_delivery_type);
+    if (!d)
+        return NULL;
+    Py_INCREF(sink);
+    d->sink = sink;
+    sink->delivery = (PyObject *)d;
+    PyObject_GC_Track(d);
+    return (PyObject *)d;
+}
+
+static PyObject *delivery_run(LoopDeliveryObject *self, PyObject *unused)
+{
+    (void)unused;
+    LoopSinkObject *sink = self->sink;
+    if (!sink)
+        Py_RETURN_NONE;
+    Py_INCREF(sink); /* the loop may let go of this delivery meanwhile */
+    PyObject *r = sink_run(sink);
+    Py_DECREF(sink);
+    return r;
+}
+
+static PyObject *delivery_register(LoopDeliveryObject *self, PyObject *unused)
+{
+    (void)unused;
+    LoopSinkObject *sink = self->sink;
+    if (!sink)
+        Py_RETURN_NONE;
+    Py_INCREF(sink);
+    PyObject *r = sink_register(sink);
+    Py_DECREF(sink);
+    return r;
+}
+
+static int delivery_traverse(LoopDeliveryObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(self));
+    LoopSinkObject *sink = self->sink;
+    Py_VISIT((PyObject *)sink);
+    /* The timeouts delivered to the sink and not yet taken by _run() are
+       the loop's, as its ready handles are: they often hold the loop,
+       which holds this.  The collection's start tracked them
+       (hwtimer_loop_sinks_track_delivered); the worker only adds to the
+       chain meanwhile, and what it adds, untracked, is seen as held from
+       outside. */
+    int r = 0;
+    if (sink && sink->sink.timer) {
+        pthread_mutex_lock(&sink->sink.lock);
+        for (hwt_timeout *node = sink->sink.head; node && !r;
+             node = hwt_timeout_of(node->link.next))
+            r = visit((PyObject *)TIMEOUT_OF(node), arg);
+        pthread_mutex_unlock(&sink->sink.lock);
+    }
+    return r;
+}
+
+/* Closes the sink: releases the delivered timeouts, which traverse
+   showed, and cancels those still on the wheel.  The sink itself stays
+   held: those hold it too. */
+static int delivery_clear(LoopDeliveryObject *self)
+{
+    LoopSinkObject *sink = self->sink;
+    if (sink && sink->sink.timer && !sink->closed) {
+        Py_INCREF(sink);
+        sink_close(sink);
+        close_fd(sink);
+        Py_DECREF(sink);
+    }
+    return 0;
+}
+
+static void delivery_dealloc(LoopDeliveryObject *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    delivery_clear(self);
+    LoopSinkObject *sink = self->sink;
+    self->sink = NULL;
+    if (sink && sink->delivery == (PyObject *)self)
+        sink->delivery = NULL;
+    Py_XDECREF(sink);
+    HWT_TP_FREE(tp)(self);
+    Py_DECREF(tp);
+}
+
+static PyMethodDef delivery_methods[] = {
+    {"_run", (PyCFunction)delivery_run, METH_NOARGS, "Runs the callbacks delivered to this loop."},
+    {"_register", (PyCFunction)delivery_register, METH_NOARGS,
+     "Starts the loop's watch on the sink."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyType_Slot delivery_slots[] = {
+    {Py_tp_new, hwtimer_new_refused},    {Py_tp_dealloc, delivery_dealloc},
+    {Py_tp_traverse, delivery_traverse}, {Py_tp_clear, delivery_clear},
+    {Py_tp_methods, delivery_methods},   {0, NULL},
+};
+
+PyType_Spec hwtimer_loop_delivery_spec = {
+    .name = "hwtimer._LoopDelivery",
+    .basicsize = sizeof(LoopDeliveryObject),
+    .flags = HWTIMER_TPFLAGS | Py_TPFLAGS_HAVE_GC,
+    .slots = delivery_slots,
 };

@@ -224,6 +224,7 @@ static int module_exec(PyObject *module)
             0 ||
         add_type(module, &hwtimer_dispatch_spec, NULL, &st->dispatch_type) < 0 ||
         add_type(module, &hwtimer_loop_sink_spec, NULL, &st->loop_sink_type) < 0 ||
+        add_type(module, &hwtimer_loop_delivery_spec, NULL, &st->loop_delivery_type) < 0 ||
         add_type(module, &hwtimer_done_spec, NULL, &st->done_type) < 0 ||
         add_type(module, &hwtimer_scope_spec, NULL, &st->scope_type) < 0 ||
         add_type(module, &hwtimer_manual_spec, (PyObject *)st->timer_type, &st->manual_type) < 0)

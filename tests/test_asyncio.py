@@ -746,6 +746,37 @@ def test_a_loop_left_unclosed_is_collected_with_the_deadlines_it_got(
         _wait_released(done[0], "the unclosed loop")
 
 
+@pytest.mark.parametrize("what", ["call_later", "sleep", "timeout"])
+def test_a_loop_left_unclosed_is_collected_while_it_has_callbacks_pending(
+    own_timer: hwtimer.HashedWheelTimer, what: str
+) -> None:
+    # As above, with another callback of the loop's still an hour away that
+    # holds nothing of it: that one keeps what it holds until it falls due,
+    # not the deadlines handed to the loop, and so not the loop they hold.
+    # (asyncio collects such a loop with its own far TimerHandle.)
+    def abandon() -> weakref.ref[asyncio.AbstractEventLoop]:
+        loop = asyncio.new_event_loop()
+        own_timer.call_later(3600, print, "far", loop=loop)
+        give_deadline_holding_loop(loop, own_timer, what)
+        return weakref.ref(loop)
+
+    done: list[weakref.ref[asyncio.AbstractEventLoop]] = []
+    thread = threading.Thread(target=lambda: done.append(abandon()))
+    thread.start()
+    thread.join()
+    deadline = time.monotonic() + SOON
+    while own_timer.pending_timeouts() > 1:
+        assert time.monotonic() < deadline, "the deadline never fell due"
+        time.sleep(0.02)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)  # unclosed loop
+        _wait_released(done[0], "the unclosed loop")
+    deadline = time.monotonic() + SOON
+    while own_timer.pending_timeouts():  # cancelled with its loop
+        assert time.monotonic() < deadline, "the far callback stayed pending"
+        time.sleep(0.02)
+
+
 @pytest.mark.parametrize("kind", LOOP_KINDS)
 def test_closing_a_loop_cancels_callbacks_that_hold_it(kind: str) -> None:
     # A pending callback that holds its own loop (a bound method of a

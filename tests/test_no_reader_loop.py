@@ -44,7 +44,7 @@ class NoReaderLoop(asyncio.SelectorEventLoop):
         raise NotImplementedError
 
     def call_soon_threadsafe(self, callback: Callable[..., object], *args: Any, **kw: Any) -> Any:
-        if type(getattr(callback, "__self__", None)).__name__ == "_LoopSink":
+        if type(getattr(callback, "__self__", None)).__name__ == "_LoopDelivery":
             self.posts += 1
         return super().call_soon_threadsafe(callback, *args, **kw)
 
@@ -495,6 +495,33 @@ def test_a_loop_left_unclosed_is_collected_with_the_deadlines_it_got(
             return wake_fds() <= before
 
         assert wait_for(no_wake_fd_left)
+    assert wait_for(lambda: not _posters(timer))
+
+
+@pytest.mark.parametrize("what", ["call_later", "sleep", "timeout"])
+def test_a_loop_left_unclosed_is_collected_while_it_has_callbacks_pending(
+    make_timer: Any, what: str
+) -> None:
+    # As above, with another callback of the loop's still an hour away that
+    # holds nothing of it: that one keeps the sink until it falls due, not
+    # the batch posted to the loop, and so not the loop the batch holds.
+    timer = make_timer(0.005, 256)
+
+    def abandon() -> weakref.ref[asyncio.AbstractEventLoop]:
+        loop = NoReaderLoop()
+        timer.call_later(3600, print, "far", loop=loop)
+        give_deadline_holding_loop(loop, timer, what)
+        return weakref.ref(loop)
+
+    done: list[weakref.ref[asyncio.AbstractEventLoop]] = []
+    thread = threading.Thread(target=lambda: done.append(abandon()))
+    thread.start()
+    thread.join()
+    assert wait_for(lambda: timer.pending_timeouts() == 1), "the deadline never fell due"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)  # unclosed loop
+        assert collect_until(done[0]), "the unclosed loop was not collected"
+    assert wait_for(lambda: timer.pending_timeouts() == 0), "the far callback stayed pending"
     assert wait_for(lambda: not _posters(timer))
 
 
