@@ -7,12 +7,13 @@ from datetime import timedelta
 from types import TracebackType
 from typing import Any, Literal, Protocol, SupportsFloat, SupportsIndex, final
 
-from typing_extensions import Self, disjoint_base
+from typing_extensions import Self, TypeVarTuple, Unpack, disjoint_base
 
 from ._stats import Stats
 
 _Seconds = float | SupportsFloat | SupportsIndex | timedelta
 _Missed = Literal["skip", "delay", "burst"]
+_Ts = TypeVarTuple("_Ts")
 
 class _Executor(Protocol):
     def submit(self, fn: Callable[..., Any], /, *args: Any) -> Any: ...
@@ -67,9 +68,9 @@ class HashedWheelTimer:
     def call_later(
         self,
         delay: _Seconds,
-        callback: Callable[..., object],
+        callback: Callable[[Unpack[_Ts]], object],
         /,
-        *args: Any,
+        *args: Unpack[_Ts],
         loop: AbstractEventLoop | None = None,
         context: contextvars.Context | None = None,
     ) -> Timeout: ...
@@ -77,9 +78,9 @@ class HashedWheelTimer:
         self,
         on_stop: Callable[[float], object],
         delay: _Seconds,
-        callback: Callable[..., object],
+        callback: Callable[[Unpack[_Ts]], object],
         /,
-        *args: Any,
+        *args: Unpack[_Ts],
     ) -> Timeout: ...
     def new_periodic(
         self,
@@ -93,9 +94,9 @@ class HashedWheelTimer:
     def call_every(
         self,
         period: _Seconds,
-        callback: Callable[..., object],
+        callback: Callable[[Unpack[_Ts]], object],
         /,
-        *args: Any,
+        *args: Unpack[_Ts],
         loop: AbstractEventLoop | None = None,
         context: contextvars.Context | None = None,
         delay: _Seconds | None = None,

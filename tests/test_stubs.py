@@ -90,17 +90,15 @@ async def pause() -> str:
 """
 
 
-@pytest.mark.skipif("san.so" in os.environ.get("LD_PRELOAD", ""), reason="under a sanitizer")
-def test_the_stubs_type_a_users_code(tmp_path) -> None:
-    """What stubtest does not see: the types a user's code gets, checked by
-    mypy --strict against the installed package (a timer's `with` gives
-    the timer's own class)."""
+def _mypy_strict(tmp_path, code: str) -> subprocess.CompletedProcess[str]:
+    """Runs mypy --strict on `code`, a user's module, against the hwtimer
+    under test."""
     pytest.importorskip("mypy")
-    (tmp_path / "user.py").write_text(USER_CODE)
+    (tmp_path / "user.py").write_text(code)
     env = dict(os.environ)
     if os.path.basename(PACKAGE_ROOT) != "site-packages":
         env["MYPYPATH"] = PACKAGE_ROOT  # a checkout (an editable install mypy cannot follow)
-    proc = subprocess.run(
+    return subprocess.run(
         [sys.executable, "-m", "mypy", "--strict", "--no-incremental", "user.py"],
         cwd=tmp_path,
         env=env,
@@ -108,7 +106,52 @@ def test_the_stubs_type_a_users_code(tmp_path) -> None:
         text=True,
         timeout=300,
     )
+
+
+@pytest.mark.skipif("san.so" in os.environ.get("LD_PRELOAD", ""), reason="under a sanitizer")
+def test_the_stubs_type_a_users_code(tmp_path) -> None:
+    """What stubtest does not see: the types a user's code gets, checked by
+    mypy --strict against the installed package (a timer's `with` gives
+    the timer's own class)."""
+    proc = _mypy_strict(tmp_path, USER_CODE)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+# Each line marked "# wrong" must get an error, and no other line: what
+# asyncio's stubs flag in the same call to loop.call_later() (its callback's
+# arguments checked against *args) the stubs flag in hwtimer's.
+WRONG_USER_CODE = """
+import asyncio
+
+import hwtimer
+
+
+def two(a: int, b: str) -> None: ...
+
+
+async def main() -> None:
+    loop = asyncio.get_running_loop()
+    timer = hwtimer.default_timer()
+    timer.call_later(1, two, 1, "b")
+    loop.call_later(1, two, 1, "b")
+    timer.call_later(1, two, "b", 1)  # wrong
+    loop.call_later(1, two, "b", 1)  # wrong
+    timer.call_later(1, two, 1, loop=loop)  # wrong
+    loop.call_later(1, two, 1)  # wrong
+    timer.call_every(1, two, 1, "b", delay=0)
+    timer.call_every(1, two, "b", 1, delay=0)  # wrong
+    timer.call_every(1, two, 1, "b", "c")  # wrong
+"""
+
+
+@pytest.mark.skipif("san.so" in os.environ.get("LD_PRELOAD", ""), reason="under a sanitizer")
+def test_the_stubs_flag_a_users_wrong_arguments(tmp_path) -> None:
+    proc = _mypy_strict(tmp_path, WRONG_USER_CODE)
+    flagged = {int(line.split(":")[1]) for line in proc.stdout.splitlines() if ": error:" in line}
+    wrong = {
+        n for n, line in enumerate(WRONG_USER_CODE.splitlines(), 1) if line.endswith("# wrong")
+    }
+    assert flagged == wrong, proc.stdout + proc.stderr
 
 
 def _stub_parameters(
