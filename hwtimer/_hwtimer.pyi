@@ -43,7 +43,7 @@ class HashedWheelTimer:
         max_pending_timeouts: SupportsIndex = 0,
         thread_name: str | None = None,
         executor: _Executor | None = None,
-    ) -> HashedWheelTimer: ...
+    ) -> Self: ...
     # takes what __new__ takes (and applied): for a subclass's super().__init__()
     def __init__(
         self,

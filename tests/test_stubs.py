@@ -84,6 +84,24 @@ with Extended(0.5, thread_name="extended") as extended:
     extra: int = extended.extra
 
 
+class Named(HashedWheelTimer):
+    def __new__(cls, name: str) -> "Named":
+        return super().__new__(cls, 0.05, 16, thread_name=name)
+
+    def __init__(self, name: str) -> None:  # pyright checks the base's too
+        super().__init__()  # keeps what __new__ set
+
+
+class Plain(HashedWheelTimer):
+    pass
+
+
+named: Named = Named("named")
+plain: Plain = Plain(0.5)
+named.stop()
+plain.stop()
+
+
 async def pause() -> str:
     async with hwtimer.timeout(Decimal("0.5")):
         return await hwtimer.sleep(Decimal("0.1"), "slept")
@@ -112,7 +130,7 @@ def _mypy_strict(tmp_path, code: str) -> subprocess.CompletedProcess[str]:
 def test_the_stubs_type_a_users_code(tmp_path) -> None:
     """What stubtest does not see: the types a user's code gets, checked by
     mypy --strict against the installed package (a timer's `with` gives
-    the timer's own class)."""
+    the timer's own class, and so does a subclass's super().__new__())."""
     proc = _mypy_strict(tmp_path, USER_CODE)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
