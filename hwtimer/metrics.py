@@ -26,7 +26,7 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from . import _default
 from ._hwtimer import HashedWheelTimer
@@ -192,6 +192,21 @@ class _Timers:
                 yield name, timer.stats()
 
 
+class _Registry(Protocol):
+    """What register_prometheus() needs of a registry: a ``register()``."""
+
+    def register(self, *args: Any, **kwargs: Any) -> Any: ...
+
+
+class _Meter(Protocol):
+    """What register_otel() needs of an OpenTelemetry ``Meter``: its three
+    ``create_observable_*()`` methods."""
+
+    def create_observable_counter(self, *args: Any, **kwargs: Any) -> Any: ...
+    def create_observable_up_down_counter(self, *args: Any, **kwargs: Any) -> Any: ...
+    def create_observable_gauge(self, *args: Any, **kwargs: Any) -> Any: ...
+
+
 def _prometheus_name(name: str, seconds: bool) -> str:
     return "hwtimer_" + name.replace(".", "_") + ("_seconds" if seconds else "")
 
@@ -248,7 +263,9 @@ class PrometheusCollector:
         return families
 
 
-def register_prometheus(*timers: HashedWheelTimer, registry: Any = None) -> PrometheusCollector:
+def register_prometheus(
+    *timers: HashedWheelTimer, registry: _Registry | None = None
+) -> PrometheusCollector:
     """Registers a collector of `timers` with `registry` (by default
     ``prometheus_client.REGISTRY``, the one ``start_http_server()`` and
     ``generate_latest()`` read) and returns it; ``registry.unregister()``
@@ -338,7 +355,7 @@ def _otel_used(meter: Any) -> bool:
     return any(getattr(p, "_real_meter", None) is behind for p in _otel_proxies)
 
 
-def register_otel(meter: Any, *timers: HashedWheelTimer) -> list[Any]:
+def register_otel(meter: _Meter, *timers: HashedWheelTimer) -> list[Any]:
     """Creates on `meter` (an OpenTelemetry ``Meter``) one observable
     instrument per figure, reading `timers`, and returns the instruments.
     Each instrument calls ``stats()`` when the reader collects it.  Same

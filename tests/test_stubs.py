@@ -137,11 +137,13 @@ def test_the_stubs_type_a_users_code(tmp_path) -> None:
 
 # Each line marked "# wrong" must get an error, and no other line: what
 # asyncio's stubs flag in the same call to loop.call_later() (its callback's
-# arguments checked against *args) the stubs flag in hwtimer's.
+# arguments checked against *args) the stubs flag in hwtimer's; and a
+# metrics exporter given a timer where its meter or registry goes.
 WRONG_USER_CODE = """
 import asyncio
 
 import hwtimer
+from hwtimer import metrics
 
 
 def two(a: int, b: str) -> None: ...
@@ -159,6 +161,8 @@ async def main() -> None:
     timer.call_every(1, two, 1, "b", delay=0)
     timer.call_every(1, two, "b", 1, delay=0)  # wrong
     timer.call_every(1, two, 1, "b", "c")  # wrong
+    metrics.register_otel(timer)  # wrong
+    metrics.register_prometheus(timer, registry=timer)  # wrong
 """
 
 
@@ -170,6 +174,36 @@ def test_the_stubs_flag_a_users_wrong_arguments(tmp_path) -> None:
         n for n, line in enumerate(WRONG_USER_CODE.splitlines(), 1) if line.endswith("# wrong")
     }
     assert flagged == wrong, proc.stdout + proc.stderr
+
+
+METRICS_USER_CODE = """
+from opentelemetry.metrics import NoOpMeter, get_meter
+from opentelemetry.sdk.metrics import MeterProvider
+from prometheus_client import REGISTRY, CollectorRegistry
+
+import hwtimer
+from hwtimer import metrics
+
+timer = hwtimer.default_timer()
+metrics.register_otel(MeterProvider().get_meter("my-service"), timer)
+metrics.register_otel(get_meter("proxy"), timer)
+metrics.register_otel(NoOpMeter("no-op"), timer)
+registry = CollectorRegistry()
+registry.unregister(metrics.register_prometheus(timer, registry=registry))
+metrics.register_prometheus(timer, registry=REGISTRY)
+metrics.register_prometheus(timer)
+"""
+
+
+@pytest.mark.skipif("san.so" in os.environ.get("LD_PRELOAD", ""), reason="under a sanitizer")
+def test_the_metrics_exporters_take_a_real_meter_and_registry(tmp_path) -> None:
+    """The meter and the registry are typed by the methods the exporters
+    call: OpenTelemetry's meters and prometheus_client's registries have
+    them."""
+    pytest.importorskip("opentelemetry.sdk.metrics")
+    pytest.importorskip("prometheus_client")
+    proc = _mypy_strict(tmp_path, METRICS_USER_CODE)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 def _stub_parameters(
