@@ -2,7 +2,7 @@
 
 import contextvars
 from asyncio import AbstractEventLoop
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Callable
 from datetime import timedelta
 from types import TracebackType
 from typing import Any, Literal, Protocol, SupportsFloat, SupportsIndex, final
@@ -148,15 +148,17 @@ class TimeoutScope:
     def when(self) -> float | None: ...
     def expired(self) -> bool: ...
     def reschedule(self, when: float | None) -> None: ...
-    # enters when awaited; has send(), throw() and close() as a coroutine
-    def __aenter__(self) -> Coroutine[Any, Any, TimeoutScope]: ...
-    def __aexit__(
+    # C methods whose awaitables have send(), throw() and close() as a
+    # coroutine has: typed as asyncio.Timeout's async defs, which is what
+    # makes the scope an AbstractAsyncContextManager (for AsyncExitStack)
+    async def __aenter__(self) -> TimeoutScope: ...
+    async def __aexit__(
         self,
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         tb: TracebackType | None,
         /,
-    ) -> Awaitable[None]: ...
+    ) -> None: ...
     def _on_timeout(self) -> None: ...
     # the scope is its own expiry task on the wheel (_on_timeout() is the
     # callback of a deadline on the loop's clock); the slot takes any

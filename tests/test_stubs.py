@@ -48,6 +48,7 @@ def test_the_extras_ask_for_a_mypy_that_reads_the_stubs() -> None:
 
 
 USER_CODE = """
+import contextlib
 from decimal import Decimal
 
 import hwtimer
@@ -105,6 +106,16 @@ plain.stop()
 async def pause() -> str:
     async with hwtimer.timeout(Decimal("0.5")):
         return await hwtimer.sleep(Decimal("0.1"), "slept")
+
+
+async def stacked() -> "float | None":
+    async with contextlib.AsyncExitStack() as stack:
+        scope = await stack.enter_async_context(hwtimer.timeout(1))
+        return scope.when()
+
+
+def a_scope() -> contextlib.AbstractAsyncContextManager[hwtimer.TimeoutScope]:
+    return hwtimer.timeout_at(None)
 """
 
 
@@ -130,7 +141,8 @@ def _mypy_strict(tmp_path, code: str) -> subprocess.CompletedProcess[str]:
 def test_the_stubs_type_a_users_code(tmp_path) -> None:
     """What stubtest does not see: the types a user's code gets, checked by
     mypy --strict against the installed package (a timer's `with` gives
-    the timer's own class, and so does a subclass's super().__new__())."""
+    the timer's own class, and so does a subclass's super().__new__(); a
+    timeout scope is an async context manager, for AsyncExitStack too)."""
     proc = _mypy_strict(tmp_path, USER_CODE)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
