@@ -106,13 +106,15 @@ class HashedWheelTimer:
     def stats(self) -> Stats: ...
     def pending_snapshot(self, /, limit: SupportsIndex = 100) -> list[Timeout]: ...
     def __enter__(self) -> Self: ...
+    # stops the timer and returns False: never swallows the exception; None
+    # too, so that a subclass's override may return None, as most do
     def __exit__(
         self,
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         tb: TracebackType | None,
         /,
-    ) -> Literal[False]: ...  # stops the timer, never swallows the exception
+    ) -> Literal[False] | None: ...
 
 class _ManualTimer(HashedWheelTimer):
     def __new__(

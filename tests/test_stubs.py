@@ -50,6 +50,7 @@ def test_the_extras_ask_for_a_mypy_that_reads_the_stubs() -> None:
 USER_CODE = """
 import contextlib
 from decimal import Decimal
+from types import TracebackType
 
 import hwtimer
 from hwtimer import HashedWheelTimer
@@ -103,6 +104,23 @@ named.stop()
 plain.stop()
 
 
+class Logged(HashedWheelTimer):
+    def __exit__(
+        self,
+        exc_type: "type[BaseException] | None",
+        exc: "BaseException | None",
+        tb: "TracebackType | None",
+        /,
+    ) -> None:
+        super().__exit__(exc_type, exc, tb)
+        print("stopped")
+
+
+def logged() -> int:
+    with Logged() as timer:  # lets every exception through, as the base does
+        return timer.pending_timeouts()
+
+
 async def pause() -> str:
     async with hwtimer.timeout(Decimal("0.5")):
         return await hwtimer.sleep(Decimal("0.1"), "slept")
@@ -142,6 +160,7 @@ def test_the_stubs_type_a_users_code(tmp_path) -> None:
     """What stubtest does not see: the types a user's code gets, checked by
     mypy --strict against the installed package (a timer's `with` gives
     the timer's own class, and so does a subclass's super().__new__(); a
+    subclass's __exit__ returns None, as one that swallows nothing does; a
     timeout scope is an async context manager, for AsyncExitStack too)."""
     proc = _mypy_strict(tmp_path, USER_CODE)
     assert proc.returncode == 0, proc.stdout + proc.stderr
