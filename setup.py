@@ -10,11 +10,13 @@ later CPython.
 
 Before compiling, the build checks what it needs (the platform, Python.h, a
 working C compiler, pthread, the kernel headers) and stops with one line
-naming what is missing, rather than a page of compiler errors.
+naming what is missing, rather than a page of compiler errors; a compiler
+that runs but refuses a flag it is given is quoted in that line instead.
 """
 
 import contextlib
 import os
+import re
 import sys
 import tempfile
 
@@ -134,47 +136,79 @@ def check_python_h(include_dirs):
 
 
 @contextlib.contextmanager
-def _quiet():
+def _quiet(path):
     """Sends this process's stdout and stderr, the compiler's included, to
-    /dev/null: a failed probe is reported by its one line, not its output."""
+    the file `path`: a failed probe is reported by its one line, not its
+    output."""
     sys.stdout.flush()
     sys.stderr.flush()
     saved = [os.dup(1), os.dup(2)]
     try:
-        with open(os.devnull, "w") as null:
-            os.dup2(null.fileno(), 1)
-            os.dup2(null.fileno(), 2)
+        with open(path, "w") as out:
+            os.dup2(out.fileno(), 1)
+            os.dup2(out.fileno(), 2)
         yield
     finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
         os.dup2(saved[0], 1)
         os.dup2(saved[1], 2)
         os.close(saved[0])
         os.close(saved[1])
 
 
-def _builds(compiler, program, extra=()):
-    """Returns whether `program` compiles and links with the build's flags
-    and `extra`."""
-    with tempfile.TemporaryDirectory() as tmp, _quiet():
+# A line of a compiler's or linker's diagnostics ("gcc: error: ...",
+# "cc1: error: ...", "/usr/bin/ld: cannot find ...", "probe.c:1:1: ..."),
+# not the command lines setuptools echoes ("gcc -W... -c probe.c").
+DIAGNOSTIC = re.compile(r"^\S+: \S")
+
+
+def _probe(compiler, program, extra=()):
+    """Compiles and links `program` with the build's flags and `extra`:
+    returns None if it builds, or else the step that failed, "compile" or
+    "link", and the first line of diagnostics printed by it ("" if none)."""
+    with tempfile.TemporaryDirectory() as tmp:
         source = os.path.join(tmp, "probe.c")
         with open(source, "w") as f:
             f.write(program)
+        said = os.path.join(tmp, "said.txt")
         cflags, ldflags = compile_args + list(extra), link_args + list(extra)
+        step = "compile"
         try:
-            objects = compiler.compile([source], output_dir=tmp, extra_postargs=cflags)
-            compiler.link_executable(objects, "probe", output_dir=tmp, extra_postargs=ldflags)
+            with _quiet(said):
+                objects = compiler.compile([source], output_dir=tmp, extra_postargs=cflags)
+                step = "link"
+                compiler.link_executable(objects, "probe", output_dir=tmp, extra_postargs=ldflags)
         except (CompileError, LinkError):
-            return False
-    return True
+            with open(said, errors="replace") as f:
+                lines = [line.strip() for line in f if DIAGNOSTIC.match(line)]
+            return step, lines[0] if lines else ""
+    return None
+
+
+def _builds(compiler, program, extra=()):
+    """Returns whether `program` compiles and links with the build's flags
+    and `extra`."""
+    return _probe(compiler, program, extra) is None
 
 
 def check_system(compiler):
     """Raises SetupError naming the first of SYSTEM_NEEDS that `compiler`
-    cannot build."""
+    cannot build.  A compiler that runs but cannot compile even an empty
+    program (a flag it refuses, say) is not said to be missing: the line
+    quotes what it said."""
     for need, program, remedy in SYSTEM_NEEDS:
-        if not _builds(compiler, program):
-            cc = (getattr(compiler, "compiler_so", None) or ["the C compiler"])[0]
-            raise SetupError(f"{need} not usable with {cc}: install {remedy}")
+        failed = _probe(compiler, program)
+        if failed is None:
+            continue
+        step, said = failed
+        cc = (getattr(compiler, "compiler_so", None) or ["the C compiler"])[0]
+        if program == EMPTY_PROGRAM and step == "compile" and said:
+            raise SetupError(
+                f'{need} not usable with {cc}, which says "{said}": check the flags it is'
+                f" given (CC, CFLAGS, CPPFLAGS, HWTIMER_SANITIZE)"
+            )
+        raise SetupError(f"{need} not usable with {cc}: install {remedy}")
 
 
 class checked_build_ext(build_ext):

@@ -4,7 +4,8 @@ refusals, each one clear line.
 setup.py's checks run in a subprocess as `setup.py build_ext` would run
 them, with one thing taken away: the platform, Python.h, the compiler,
 pthread.  What they print on stderr must be one line naming what is
-missing, never the compiler's own output.
+missing, never the compiler's own output (but for the one line in which a
+compiler that runs refuses a flag).
 
 HWTIMER_PORTABLE=1 in the environment of a build forces the portable POSIX
 backend of src/hwt_sys.c on Linux; CI sets it for the build and for the
@@ -184,6 +185,19 @@ def test_no_working_compiler(tmp_path):
         "error: a working C compiler not usable with /bin/false:"
         " install gcc (Debian: apt-get install gcc)"
     )
+
+
+def test_a_compiler_that_refuses_a_flag_is_not_said_to_be_missing(tmp_path):
+    # gcc is there and runs, but a flag in CFLAGS is one it does not know:
+    # "install gcc" would send the user the wrong way; the line quotes what
+    # the compiler said about the flag instead
+    gcc = shutil.which("gcc")
+    if gcc is None:
+        pytest.skip("no gcc to build with")
+    line = build_ext(tmp_path, env={"CC": gcc, "CFLAGS": "-fhwtimer-no-such-flag"})
+    assert line.startswith(f"error: a working C compiler not usable with {gcc}, which says "), line
+    assert "-fhwtimer-no-such-flag" in line and "CFLAGS" in line, line
+    assert "install gcc" not in line, line
 
 
 def test_missing_pthread_h(tmp_path):
