@@ -137,6 +137,33 @@ def test_asyncio_pair_cost_is_taken_on_a_loop_that_turns(monkeypatch) -> None:
     assert 0 < most_scheduled <= 10_000  # the README: it turns every 10,000 pairs
 
 
+def test_asyncio_pair_cost_is_taken_on_a_loop_out_of_debug_mode(monkeypatch) -> None:
+    # PYTHONASYNCIODEBUG=1 (or -X dev) puts every new loop in debug mode,
+    # where call_later() records a traceback: the figure, and the ratio the
+    # report prints beside hwtimer's, came out ten times those of the loop
+    # a service runs
+    import asyncio
+
+    from hwtimer.__main__ import _pair_cost_asyncio
+
+    debug_seen: set[bool] = set()
+
+    class Loop(asyncio.SelectorEventLoop):
+        def call_later(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+            debug_seen.add(self.get_debug())
+            return super().call_later(*args, **kwargs)
+
+    monkeypatch.setenv("PYTHONASYNCIODEBUG", "1")
+    monkeypatch.setattr(asyncio, "new_event_loop", Loop)
+    probe = Loop()
+    try:
+        assert probe.get_debug()  # what the environment asks of a new loop
+    finally:
+        probe.close()
+    assert _pair_cost_asyncio(1_000) > 0
+    assert debug_seen == {False}
+
+
 @pytest.mark.parametrize("example", ["echo_service.py", "heartbeat.py", "failback.py"])
 def test_examples_answer_help_under_python_oo(example: str) -> None:
     # -OO strips the docstring their --help takes its description from
