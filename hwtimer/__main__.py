@@ -90,6 +90,11 @@ def _wait_settled(timer: HashedWheelTimer, limit: float) -> None:
         time.sleep(0.001)
 
 
+#: How long the report waits, at most, for the timeouts left to fire: a
+#: tick of minutes would otherwise keep it waiting for that long.
+_FIRE_WAIT = 30.0
+
+
 def _percentile(sorted_values: list[float], q: float) -> float:
     return sorted_values[min(len(sorted_values) - 1, int(q * (len(sorted_values) - 1)))]
 
@@ -97,7 +102,11 @@ def _percentile(sorted_values: list[float], q: float) -> float:
 def main(argv: list[str] | None = None) -> int:
     # no description under python -OO, which strips the docstring
     description = __doc__.split("\n")[0] if __doc__ else None
-    parser = argparse.ArgumentParser(prog="python -m hwtimer", description=description)
+    parser = argparse.ArgumentParser(
+        prog="python -m hwtimer",
+        description=description,
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     parser.add_argument("-n", type=int, default=300_000, help="timeouts to schedule")
     parser.add_argument("--fire", type=float, default=0.05, help="share of them left to fire")
     parser.add_argument("--tick", type=float, default=0.01, help="tick_duration in seconds")
@@ -138,8 +147,9 @@ def main(argv: list[str] | None = None) -> int:
         snap_ns = time.perf_counter_ns() - snap_start
         then = time.monotonic()
         pending_stats = timer.stats()
+        gave_up = False
         if n_fire:
-            done.wait(30)
+            gave_up = not done.wait(_FIRE_WAIT)
         else:
             _wait_settled(timer, 5.0)
         stats = timer.stats()
@@ -149,6 +159,12 @@ def main(argv: list[str] | None = None) -> int:
     ns_aio = _pair_cost_asyncio(pairs)
 
     lateness.sort()
+    if gave_up:
+        print(
+            f"stopped waiting after {_FIRE_WAIT:g} s for the timeouts left to fire "
+            f"(tick {tick:g} s): {n_fire - len(lateness):,} of {n_fire:,} had not "
+            f"fired, and stop() cancelled them"
+        )
     print(
         f"scheduled {stats['scheduled']:,} timeouts in {scheduled_in:.2f} s, "
         f"cancelled {stats['cancelled']:,}, fired {stats['expired']:,}, "

@@ -106,6 +106,27 @@ def test_main_with_nothing_to_fire_ends_whatever_the_tick() -> None:
     assert "cancelled 1,000, fired 0, pending 0" in proc.stdout, proc.stdout
 
 
+def test_main_says_when_it_stops_waiting_for_the_timeouts_to_fire(monkeypatch, capsys) -> None:
+    # with a tick longer than the wait, the report says why nothing fired
+    # rather than leave the reader to guess
+    import hwtimer.__main__ as main
+
+    monkeypatch.setattr(main, "_FIRE_WAIT", 0.2)
+    assert main.main(["-n", "1000", "--fire", "0.5", "--tick", "100"]) == 0
+    out = capsys.readouterr().out
+    assert "stopped waiting after 0.2 s for the timeouts left to fire (tick 100 s)" in out, out
+    assert "500 of 500 had not fired" in out, out
+    assert "fired 0, pending 500" in out, out
+
+
+def test_main_help_shows_the_defaults() -> None:
+    proc = run_main("--help")
+    assert proc.returncode == 0, proc.stderr
+    out = " ".join(proc.stdout.split())
+    assert "(default: 300000)" in out and "(default: 0.05)" in out, out
+    assert "(default: 0.01)" in out, out
+
+
 def test_main_runs_under_python_oo() -> None:
     # -OO strips docstrings, the module's included: the report and the
     # usage line do not depend on it
