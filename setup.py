@@ -112,6 +112,16 @@ def check_platform(platform):
         )
 
 
+def check_implementation(name):
+    """Raises PlatformError unless `name` (sys.implementation.name) is
+    CPython's: the binding relies on its object layout and its GIL."""
+    if name != "cpython":
+        raise PlatformError(
+            f"hwtimer builds for CPython only (its C binding relies on CPython's object"
+            f" layout and GIL); this Python is {name!r}"
+        )
+
+
 def check_limited_api(limited_api, version):
     """Raises SetupError if the stable-ABI build is asked of a CPython older
     than its base, 3.10, whose wheel would be tagged for versions it is not."""
@@ -223,6 +233,7 @@ class checked_build_ext(build_ext):
 
     def run(self):
         check_platform(sys.platform)
+        check_implementation(sys.implementation.name)
         check_limited_api(limited_api, sys.version_info)
         check_python_h(self.include_dirs)
         super().run()

@@ -134,6 +134,18 @@ def test_unsupported_platform_is_refused(tmp_path):
     )
 
 
+def test_another_python_implementation_is_refused(tmp_path):
+    prelude = """
+        import types
+        sys.implementation = types.SimpleNamespace(**{**vars(sys.implementation), "name": "pypy"})
+    """
+    line = build_ext(tmp_path, prelude)
+    assert line == (
+        "error: hwtimer builds for CPython only (its C binding relies on CPython's object"
+        " layout and GIL); this Python is 'pypy'"
+    )
+
+
 def test_limited_api_is_refused_before_its_base(tmp_path):
     # a cp310-abi3 wheel built by 3.9 would claim versions it was not built for
     prelude = """
