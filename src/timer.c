@@ -128,9 +128,20 @@ static int manual_lock_after_fork(TimerObject *self)
    for; and the innermost ManualTimer whose advance_lock it holds (the
    others chained through held_outer).  A wait is noted (note_wait()) in
    its dispatcher, if it is a dispatch thread, and in each ManualTimer it
-   holds, whose tasks run on it too: the other threads look there. */
+   holds, whose tasks run on it too: the other threads look there.  While
+   it waits, thread_wait_holds is the innermost one it held as the wait
+   began: one it takes later (in a signal handler that the wait ran) is
+   let go of before the wait goes on, and is not held through it. */
 static _Thread_local TimerObject *thread_waits_on;
 static _Thread_local TimerObject *thread_holds;
+static _Thread_local TimerObject *thread_wait_holds;
+
+/* What wait_begin() keeps for wait_end(): the wait of this thread that
+   the new one is within (a signal handler's), if any. */
+typedef struct {
+    TimerObject *waits_on; /* what it waited for, or NULL */
+    TimerObject *holds;    /* its thread_wait_holds */
+} outer_wait;
 
 /* Whether `timer`'s advancing thread, if any, is one of this process
    (in a child of fork(), only the thread that forked came along). */
@@ -159,14 +170,22 @@ static TimerObject *runner_waits_on(TimerObject *timer)
     return d && d->pid == getpid() ? d->waits_on : NULL;
 }
 
-static void note_wait(TimerObject *timer)
+/* Notes that this thread waits for `timer` (NULL: for nothing), with
+   `held` the innermost ManualTimer it held as that wait began: those it
+   took since hold nothing through the wait. */
+static void note_wait(TimerObject *timer, TimerObject *held)
 {
     thread_waits_on = timer;
+    thread_wait_holds = timer ? held : NULL;
     DispatchObject *mine = hwtimer_this_thread_dispatch;
     if (mine && mine->pid == getpid())
         mine->waits_on = timer;
-    for (TimerObject *m = thread_holds; m; m = m->held_outer)
-        m->holder_waits_on = timer;
+    TimerObject *waits = NULL;
+    for (TimerObject *m = thread_holds; m; m = m->held_outer) {
+        if (m == held)
+            waits = timer;
+        m->holder_waits_on = waits;
+    }
 }
 
 /* Before this thread waits for the thread that runs `timer`'s tasks (in
@@ -176,9 +195,10 @@ static void note_wait(TimerObject *timer)
    keeps what this thread waited for in *outer, for wait_end().  Check
    and note hold the GIL throughout: of two waits that would close a
    cycle, the second sees the first.  Returns 0, or -1 with the error. */
-static int wait_begin(TimerObject *timer, const char *what, TimerObject **outer)
+static int wait_begin(TimerObject *timer, const char *what, outer_wait *outer)
 {
-    *outer = thread_waits_on;
+    outer->waits_on = thread_waits_on;
+    outer->holds = thread_wait_holds;
     if (runs_here(timer))
         return 0; /* no wait: a dealloc's stop() on its dispatch thread */
     TimerObject *w = runner_waits_on(timer);
@@ -191,14 +211,16 @@ static int wait_begin(TimerObject *timer, const char *what, TimerObject **outer)
             return -1;
         }
     }
-    note_wait(timer);
+    note_wait(timer, thread_holds);
     return 0;
 }
 
-static void wait_end(TimerObject *outer)
+/* Notes again the wait this one was within, if any: a ManualTimer that
+   this thread took since that one began (in a signal handler it ran) is
+   held by a thread that runs its tasks, not one that waits. */
+static void wait_end(const outer_wait *outer)
 {
-    if (thread_waits_on != outer)
-        note_wait(outer);
+    note_wait(outer->waits_on, outer->holds);
 }
 
 int hwtimer_manual_lock(TimerObject *self, const char *what)
@@ -215,7 +237,7 @@ int hwtimer_manual_lock(TimerObject *self, const char *what)
         /* another thread advances it: wait for it to finish, running
            signal handlers meanwhile (Ctrl-C raises out of the wait, which
            has changed nothing), as a real timer's stop() does */
-        TimerObject *outer;
+        outer_wait outer;
         if (wait_begin(self, what, &outer) < 0)
             return -1;
         for (;;) {
@@ -226,11 +248,11 @@ int hwtimer_manual_lock(TimerObject *self, const char *what)
             if (locked)
                 break;
             if (PyErr_CheckSignals() < 0) {
-                wait_end(outer);
+                wait_end(&outer);
                 return -1;
             }
         }
-        wait_end(outer);
+        wait_end(&outer);
     }
     self->advancing = me;
     self->holder_waits_on = NULL;
@@ -536,11 +558,11 @@ PyObject *hwtimer_timer_stop(TimerObject *self)
     /* A thread that runs tasks (a dispatch thread, or one that advances a
        ManualTimer) and waits for another one must not be waited for by
        it, nor by any in between. */
-    TimerObject *outer;
+    outer_wait outer;
     if (wait_begin(self, "stop()", &outer) < 0)
         return NULL;
     PyObject *r = stop_and_wait(self, (DispatchObject *)self->dispatcher);
-    wait_end(outer);
+    wait_end(&outer);
     return r;
 }
 

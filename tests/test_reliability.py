@@ -297,6 +297,53 @@ def test_waits_for_each_other_through_a_manual_timer_raise(cycle: str) -> None:
     assert proc.stdout == "['refused', 'returned']\n"
 
 
+def test_a_manual_timer_advanced_by_a_signal_handler_during_a_stop_is_waited_for() -> None:
+    # The main thread waits in stop() for A's dispatch thread; a signal
+    # handler that this wait runs advances a ManualTimer M, one of whose
+    # tasks stops an idle timer (a wait of its own, which ends at once) and
+    # the next holds M a while.  M is let go of before the wait for A goes
+    # on: a task of A that advances M meanwhile waits for it, and raises no
+    # RuntimeError for a cycle that is not there.
+    code = """
+    import os, signal, threading, time, hwtimer
+    from hwtimer.testing import ManualTimer
+    a = hwtimer.HashedWheelTimer(0.01)
+    idle = hwtimer.HashedWheelTimer(0.01)
+    idle.start()
+    m = ManualTimer()
+    started, stopping, held = threading.Event(), threading.Event(), threading.Event()
+    results = []
+    def hold(t):
+        held.set()
+        end = time.monotonic() + 2
+        while not results and time.monotonic() < end:
+            time.sleep(0.01)
+    m.new_timeout(lambda t: idle.stop(), 1)
+    m.new_timeout(hold, 1)
+    def task(t):
+        started.set()
+        stopping.wait(10)
+        time.sleep(0.1)  # the main thread waits in a.stop()
+        os.kill(os.getpid(), signal.SIGUSR1)
+        held.wait(10)
+        try:
+            m.advance(0)
+            results.append("advanced")
+        except RuntimeError as e:
+            results.append(f"refused: {e}")
+    signal.signal(signal.SIGUSR1, lambda signum, frame: m.advance(1))
+    a.new_timeout(task, 0.001)
+    started.wait(10)
+    stopping.set()
+    a.stop()
+    print(results, flush=True)
+    m.stop()
+    """
+    proc = run_python(code, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "['advanced']\n"
+
+
 def test_stop_on_own_dispatch_thread_outside_a_task_is_refused(
     make_timer: Callable[..., hwtimer.HashedWheelTimer],
 ) -> None:
