@@ -28,7 +28,12 @@ ManualTimer, and through a model of what the documentation promises:
   ``task_errors`` and stops nothing but that periodic timeout;
 - ``advance_async()`` returns the one-shots expired and the periodic runs
   handed over; ``pending_timeouts()``, ``stats()`` and ``stop()`` list what
-  the model holds as pending.
+  the model holds as pending;
+- with ``max_pending_timeouts``, a schedule past the bound raises
+  ``RejectedExecutionError`` and a reset that would make a handed-over
+  one-shot pending again returns ``False`` (both count in ``rejected``);
+  after a ``stop()`` part way, a schedule and ``start()`` raise
+  ``RuntimeError`` and cancels and resets return ``False``.
 
 A second test shares one ManualTimer between two loops in their own
 threads, advanced from the test's thread with ``advance()``, one loop
@@ -46,6 +51,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import hwtimer
 from hwtimer.testing import ManualTimer
 
 TICK = 1_000_000  # ns: the ManualTimer's tick, 1 ms
@@ -128,14 +134,17 @@ ops = st.one_of(
     st.tuples(st.just("advance"), st.sampled_from([0, 500, 1000, 2000])),
     st.tuples(st.just("advance"), st.one_of(st.integers(0, 3000), st.integers(0, 30_000))),
     st.tuples(st.just("start")),
+    st.tuples(st.just("stop")),
 )
 programs = st.lists(ops, max_size=30)
+#: max_pending_timeouts: none, or a bound that the programs reach
+bounds = st.sampled_from([0, 0, 0, 3, 8])
 
 
 # ---- the model ----
 
 #: The stats() counts the model follows.
-COUNTED = ("scheduled", "expired", "cancelled", "task_errors", "taken_back")
+COUNTED = ("scheduled", "expired", "cancelled", "task_errors", "taken_back", "rejected")
 
 
 @dataclass
@@ -164,6 +173,18 @@ class Model:
     stats: dict = field(default_factory=lambda: dict.fromkeys(COUNTED, 0))
     trace: list = field(default_factory=list)
     errors: list = field(default_factory=list)
+    stopped: bool = False
+    bound: int = 0  # max_pending_timeouts
+
+    def stop(self) -> list:
+        """stop() between advances: what is not done yet, now cancelled."""
+        stopped = [it for it in self.items if it.state != "done"]
+        for it in stopped:
+            it.cancelled = True
+            it.state = "done"
+        self.stats["cancelled"] += len(stopped)
+        self.stopped = True
+        return sorted(it.ident for it in stopped)
 
     def _next(self, name: str) -> int:
         self.orders[name] += 1
@@ -198,8 +219,16 @@ class Model:
             it.relink = 0
             it.state = "linked"
 
-    def schedule(self, spec: Spec, tag_value: Any) -> int:
+    def full(self) -> bool:
+        if self.bound > 0 and self.pending() >= self.bound:
+            self.stats["rejected"] += 1
+            return True
+        return False
+
+    def schedule(self, spec: Spec, tag_value: Any) -> Any:
         self.started()
+        if self.full():
+            return "rejected"
         ident = len(self.items)
         if spec.every:
             first = spec.period_us if spec.first_us is None else spec.first_us
@@ -232,6 +261,8 @@ class Model:
         it = self.items[ident]
         if it.state in ("done", "running-cancelled"):
             return False
+        if it.state == "handed" and not it.spec.every and self.full():
+            return False  # pending again past the bound: it runs as handed over
         it.deadline = self.clock + delay_us * US
         if it.state == "linked":
             it.state = "waiting"
@@ -360,14 +391,19 @@ def perform_actions(api: Any, ident: int, spec: Spec, run: int, tag_value: Any) 
             api.trace(("cb-spawn", ident, api.schedule(action[1], tag_value)))
 
 
-def run_model(program: list) -> tuple[list, list]:
-    m = Model()
+def run_model(program: list, bound: int = 0) -> tuple[list, list]:
+    m = Model(bound=bound)
     api = ModelApi(m)
     for op in program + [("advance", 60_000)]:
         kind = op[0]
-        if kind == "schedule":
+        if kind in ("schedule", "start") and m.stopped:
+            m.trace.append(("refused", kind))
+        elif kind == "schedule":
             ident = m.schedule(op[1], ("loop", len(m.items)))
-            m.trace.append(("scheduled", ident, m.items[ident].deadline))
+            if ident == "rejected":
+                m.trace.append(("rejected",))
+            else:
+                m.trace.append(("scheduled", ident, m.items[ident].deadline))
         elif kind == "cancel" and m.items:
             ref = op[1] % len(m.items)
             m.trace.append(("cancel", ref, m.cancel(ref)))
@@ -380,6 +416,8 @@ def run_model(program: list) -> tuple[list, list]:
             m.trace.append(("stats", m.pending(), dict(m.stats)))
         elif kind == "start":
             m.started()
+        elif kind == "stop":
+            m.trace.append(("stop", m.stop()))
     m.trace.append(("pending", m.pending()))
     m.trace.append(
         (
@@ -420,28 +458,31 @@ class RealApi:
         if spec.raise_run == k:
             raise Boom(f"boom {ident}/{k}")
 
-    def schedule(self, spec: Spec, tag_value: Any) -> int:
+    def schedule(self, spec: Spec, tag_value: Any) -> Any:
         ident = len(self.handles)
         self.specs[ident] = spec
         context = None
         if spec.given_context:
             context = contextvars.Context()
             context.run(tag.set, ("given", ident))
-        if spec.every:
-            first = None if spec.first_us is None else spec.first_us / 1e6
-            handle = self.timer.call_every(
-                spec.period_us / 1e6,
-                self.callback,
-                ident,
-                "arg",
-                context=context,
-                delay=first,
-                missed=spec.missed,
-            )
-        else:
-            handle = self.timer.call_later(
-                spec.delay_us / 1e6, self.callback, ident, "arg", context=context
-            )
+        try:
+            if spec.every:
+                first = None if spec.first_us is None else spec.first_us / 1e6
+                handle = self.timer.call_every(
+                    spec.period_us / 1e6,
+                    self.callback,
+                    ident,
+                    "arg",
+                    context=context,
+                    delay=first,
+                    missed=spec.missed,
+                )
+            else:
+                handle = self.timer.call_later(
+                    spec.delay_us / 1e6, self.callback, ident, "arg", context=context
+                )
+        except hwtimer.RejectedExecutionError:
+            return "rejected"
         self.handles.append(handle)
         return ident
 
@@ -458,8 +499,8 @@ class RealApi:
         self.log.append(entry)
 
 
-def run_real(program: list) -> tuple[list, list, list]:
-    timer = ManualTimer(TICK / 1e9, WHEEL)
+def run_real(program: list, bound: int = 0) -> tuple[list, list, list]:
+    timer = ManualTimer(TICK / 1e9, WHEEL, max_pending_timeouts=bound)
     loop = asyncio.new_event_loop()
     errors: list = []
     loop.set_exception_handler(lambda loop, context: errors.append(str(context["exception"])))
@@ -467,12 +508,20 @@ def run_real(program: list) -> tuple[list, list, list]:
     async def main() -> list:
         api = RealApi(timer, threading.get_ident())
         log = api.log
+        stopped = False
         for op in program + [("advance", 60_000)]:
             kind = op[0]
-            if kind == "schedule":
+            if kind in ("schedule", "start") and stopped:
+                try:
+                    api.schedule(op[1], None) if kind == "schedule" else timer.start()
+                except RuntimeError:
+                    log.append(("refused", kind))
+            elif kind == "schedule":
                 ident = len(api.handles)
                 tag.set(("loop", ident))
-                api.schedule(op[1], ("loop", ident))
+                if api.schedule(op[1], ("loop", ident)) == "rejected":
+                    log.append(("rejected",))
+                    continue
                 tag.set(("after", ident))  # the copy was taken: this is not seen
                 log.append(("scheduled", ident, ns(api.handles[ident].deadline)))
             elif kind == "cancel" and api.handles:
@@ -489,6 +538,10 @@ def run_real(program: list) -> tuple[list, list, list]:
                 log.append(("stats", stats["pending"], counts))
             elif kind == "start":
                 timer.start()
+            elif kind == "stop":
+                ids = {id(h): i for i, h in enumerate(api.handles)}
+                log.append(("stop", sorted(ids[id(h)] for h in timer.stop())))
+                stopped = True
         log.append(("pending", timer.pending_timeouts()))
         log.append(
             (
@@ -513,10 +566,10 @@ def run_real(program: list) -> tuple[list, list, list]:
 
 
 @SETTINGS
-@given(programs)
-def test_loop_callbacks_match_the_model(program: list) -> None:
-    expected, expected_errors = run_model(program)
-    log, errors, task_errors = run_real(program)
+@given(programs, bounds)
+def test_loop_callbacks_match_the_model(program: list, bound: int) -> None:
+    expected, expected_errors = run_model(program, bound)
+    log, errors, task_errors = run_real(program, bound)
     assert log == expected
     assert errors == expected_errors
     assert task_errors == expected_errors
