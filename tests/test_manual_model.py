@@ -10,8 +10,9 @@ from the first schedule or start()), tasks of one tick run in the order
 they were scheduled, a periodic timeout follows its grid by its `missed`
 policy, and what a task schedules, cancels or re-arms is processed in the
 same advance when it falls due before the new time.  Tasks themselves
-schedule (near or far), cancel, re-arm and raise.  Every time is a whole
-number of microseconds, so the model's nanoseconds are exact.
+schedule (near or far, one-shot or periodic), cancel, re-arm and raise.
+Every time is a whole number of microseconds, so the model's nanoseconds
+are exact.
 """
 
 from __future__ import annotations
@@ -43,7 +44,8 @@ def seconds(us: int | None) -> float:
 
 
 # What a task does when it runs, after recording its run:
-#   ("none",), ("raise",), ("schedule", delay_us), ("cancel", target),
+#   ("none",), ("raise",), ("schedule", delay_us),
+#   ("periodic", period_us, delay_us or None, missed), ("cancel", target),
 #   ("reset", target, delay_us), ("advance",) (refused inside a task).
 # A target is an index into the timeouts made so far, taken modulo their
 # number when the task runs, or "self".
@@ -183,6 +185,11 @@ class ManualTimerModel(RuleBasedStateMachine):
                 raise TaskError(ident)
             if kind == "schedule":
                 run.result = self.schedule_real(("none",), action[1])
+            elif kind == "periodic":
+                period = action[1] * US
+                run.result = self.schedule_real(
+                    ("none",), action[2], period=period, missed=action[3]
+                )
             elif kind in ("cancel", "reset"):
                 run.target = self.target_of(ident, action[1])
                 target = self.handles[run.target]
@@ -305,6 +312,10 @@ class ManualTimerModel(RuleBasedStateMachine):
                 self.counts.expired += 1
         elif kind == "schedule":
             self.schedule_model(run.result, ("none",), entry.action[1], end)
+        elif kind == "periodic":
+            _, period_us, delay_us, missed = entry.action
+            periodic = {"period": period_us * US, "missed": missed}
+            self.schedule_model(run.result, ("none",), delay_us, end, **periodic)
         elif kind in ("cancel", "reset"):
             target = self.entries[run.target]
             expect = target.state == "pending"
@@ -328,7 +339,9 @@ class ManualTimerModel(RuleBasedStateMachine):
     )
     # a task's: mostly near, so that they fall due in the same advance
     task_delays = st.integers(-1_000, 20_000) | st.integers(0, 40_000_000) | st.none()
-    actions = st.one_of(
+    # a periodic timeout's task does not make periodic ones: they would
+    # multiply with every run
+    periodic_actions = st.one_of(
         st.just(("none",)),
         st.just(("raise",)),
         st.just(("advance",)),
@@ -341,6 +354,12 @@ class ManualTimerModel(RuleBasedStateMachine):
             task_delays,
         ),
     )
+    actions = periodic_actions | st.tuples(
+        st.just("periodic"),
+        st.integers(300, 30_000),
+        st.none() | st.integers(-1_000, 30_000),
+        st.sampled_from(MISSED),
+    )
 
     @rule(action=actions, delay_us=delays)
     def new_timeout(self, action: Action, delay_us: int | None) -> None:
@@ -348,7 +367,7 @@ class ManualTimerModel(RuleBasedStateMachine):
         self.schedule_model(result, action, delay_us, self.now)
 
     @rule(
-        action=actions,
+        action=periodic_actions,
         period_us=st.integers(300, 30_000),
         delay_us=st.none() | st.integers(-1_000, 30_000),
         missed=st.sampled_from(MISSED),
