@@ -811,7 +811,8 @@ typedef struct {
 typedef struct {
     PyObject_HEAD
     int phase;             /* CREATED ... EXITED (scope.c) */
-    PyObject *when;        /* owned float (loop.time()) or None */
+    PyObject *when;        /* owned: the deadline as given (loop.time()), or None */
+    double when_s;         /* that deadline as read once when given: what is scheduled */
     PyObject *timer;       /* owned TimerObject, or NULL: default_timer() */
     PyObject *task;        /* owned while entered */
     PyObject *loop;        /* owned once entered */

@@ -301,11 +301,12 @@ static int scope_schedule(ScopeObject *self, double when)
     return 0;
 }
 
-/* scope_schedule() of the deadline the scope holds (self->when, a number). */
+/* scope_schedule() of the deadline the scope holds (self->when, a number):
+   as it was read when given, not read again, which would run its
+   __float__ again (that may raise, or say NaN, or another time). */
 static int scope_schedule_when(ScopeObject *self)
 {
-    double when = hwtimer_as_seconds(self->when);
-    return when == -1.0 && PyErr_Occurred() ? -1 : scope_schedule(self, when);
+    return scope_schedule(self, self->when_s);
 }
 
 /* Cancels the pending deadline, if any. */
@@ -398,6 +399,7 @@ static int scope_init(ScopeObject *self, PyObject *args, PyObject *kwds)
     if (!kept)
         return -1;
     Py_XSETREF(self->when, kept);
+    self->when_s = w;
     Py_XSETREF(self->timer, timer == Py_None ? NULL : (Py_INCREF(timer), timer));
     self->created_at = Py_NAN;
     return 0;
@@ -440,6 +442,7 @@ static PyObject *scope_after(PyTypeObject *tp, PyObject *const *args, Py_ssize_t
         self = (ScopeObject *)HWT_TP_ALLOC(tp)(tp, 0);
     if (self) {
         self->when = PyFloat_FromDouble(now + seconds);
+        self->when_s = now + seconds;
         self->created_at = now;
         self->created_delay = seconds;
         self->created_ns = timer_clock_ns((TimerObject *)timer);
@@ -514,8 +517,10 @@ static PyObject *scope_reschedule(ScopeObject *self, PyObject *const *args, Py_s
     if (!kept)
         return NULL;
     PyObject *old_when = self->when; /* the reference moves here */
+    double old_when_s = self->when_s;
     bool had_deadline = self->handle != NULL;
     self->when = kept;
+    self->when_s = w;
     /* its timer stopped under it (maybe just now, its on_stop yet to
        come): the deadline goes on on the loop's clock */
     if (self->timer && hwt_timer_stopped(((TimerObject *)self->timer)->core))
@@ -547,6 +552,7 @@ refused:
         PyObject *type, *value, *tb;
         PyErr_Fetch(&type, &value, &tb);
         Py_XSETREF(self->when, old_when);
+        self->when_s = old_when_s;
         if (had_deadline && !self->handle && old_when && old_when != Py_None &&
             scope_schedule_when(self) < 0)
             restore_on_loop(self);
@@ -754,9 +760,7 @@ static PyObject *scope_timer_stopped(ScopeObject *self, PyObject *remaining_o)
             return NULL;
         when += remaining;
     } else {
-        when = hwtimer_as_seconds(self->when);
-        if (when == -1.0 && PyErr_Occurred())
-            return NULL;
+        when = self->when_s;
     }
     if (scope_unschedule(self) < 0 || scope_schedule(self, when) < 0)
         return NULL;
@@ -784,10 +788,7 @@ static PyObject *scope_repr(ScopeObject *self)
         return PyUnicode_FromFormat("<TimeoutScope [%s]>", name);
     if (!self->when || self->when == Py_None)
         return PyUnicode_FromFormat("<TimeoutScope [%s] when=None>", name);
-    double when = hwtimer_as_seconds(self->when);
-    if (when == -1.0 && PyErr_Occurred())
-        return NULL;
-    char *text = PyOS_double_to_string(when, 'f', 3, 0, NULL);
+    char *text = PyOS_double_to_string(self->when_s, 'f', 3, 0, NULL);
     if (!text)
         return NULL;
     PyObject *r = PyUnicode_FromFormat("<TimeoutScope [%s] when=%s>", name, text);

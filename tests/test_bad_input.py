@@ -1248,6 +1248,57 @@ def test_a_reschedule_the_timer_refuses_keeps_the_deadline(delay) -> None:
     timer.stop()
 
 
+class SaysOnce:
+    """A deadline whose __float__ gives it once, and `later` after: NaN, a
+    time far off, or an error."""
+
+    def __init__(self, when: float, later: object) -> None:
+        self.when = when
+        self.later = later
+        self.reads = 0
+
+    def __float__(self) -> float:
+        self.reads += 1
+        if self.reads == 1:
+            return self.when
+        if isinstance(self.later, BaseException):
+            raise fresh(self.later)
+        return self.later  # type: ignore[return-value]
+
+
+@pytest.mark.parametrize("stop", [False, True], ids=["on-the-wheel", "timer-stopped"])
+@pytest.mark.parametrize("how", ["timeout_at", "reschedule"])
+@pytest.mark.parametrize(
+    "later", [NAN, 1e9, ValueError("read again")], ids=["nan", "far", "raises"]
+)
+def test_a_scope_keeps_the_deadline_it_read(later, how, stop) -> None:
+    """A deadline that is neither int nor float is read once, when the
+    scope is given it: entering the scope, its repr() and the stop() of
+    its timer (which moves the deadline to the loop's clock) keep what was
+    read, rather than calling its __float__ again, which may say something
+    else then, or raise: the scope expires at that deadline, not before."""
+    timer = HashedWheelTimer(0.01)
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        when = SaysOnce(loop.time() + 0.2, later)
+        with pytest.raises(TimeoutError):
+            async with hwtimer.timeout_at(when if how == "timeout_at" else None, timer=timer) as cm:
+                if how == "reschedule":
+                    cm.reschedule(when)
+                assert repr(cm).startswith("<TimeoutScope [active] when=")
+                if stop:
+                    timer.stop()
+                await asyncio.sleep(DEADLINE)
+        assert loop.time() >= when.when
+        assert cm.when() is when and when.reads == 1
+
+    try:
+        asyncio.run(main())
+    finally:
+        timer.stop()
+
+
 @pytest.mark.parametrize("loop_refuses", [False, True], ids=["on-the-loop", "loop-refuses"])
 def test_a_reschedule_whose_old_place_is_taken_keeps_the_deadline_on_the_loop(
     loop_refuses: bool,
