@@ -756,7 +756,9 @@ PyObject *hwtimer_timer_build(PyTypeObject *tp, const hwtimer_timer_args *a)
     }
     self->max_pending = cfg.max_pending;
     self->tick_duration = (double)cfg.tick_ns / 1e9;
-    self->name = a->thread_name != Py_None ? (Py_INCREF(a->thread_name), a->thread_name)
+    /* a str subclass's copy as a plain str: its own __repr__, __eq__ or
+       __hash__ are not the name's, which repr() and the exporters use */
+    self->name = a->thread_name != Py_None ? PyUnicode_FromObject(a->thread_name)
                                            : PyUnicode_FromFormat("hwtimer-%lu", ++st->next_id);
     self->loop_sinks = PyList_New(0);
     if (!self->name || !self->loop_sinks) {
@@ -853,12 +855,11 @@ static int apply_settings(TimerObject *self, hwt_config cfg, PyObject *name, PyO
 {
     hwt_timer *old_core = self->core;
     PyObject *old_name = self->name;
-    Py_INCREF(name);
-    self->name = name;
-    if (make_core(self, cfg) < 0) {
+    self->name = PyUnicode_FromObject(name); /* a plain str, as __new__ keeps it */
+    if (!self->name || make_core(self, cfg) < 0) {
         self->core = old_core;
+        Py_XDECREF(self->name);
         self->name = old_name;
-        Py_DECREF(name);
         return -1;
     }
     hwt_timer_decref(old_core);

@@ -37,6 +37,7 @@ from conftest import (
 )
 
 import hwtimer
+import hwtimer.metrics
 from hwtimer import HashedWheelTimer, Timeout
 from hwtimer.testing import ManualTimer
 
@@ -339,6 +340,37 @@ def test_constructor_accepted(make_timer, kwargs, attr, expected) -> None:
         task = Counter()
         timer.new_timeout(task, 0)
         assert task.wait()
+
+
+class NameOfItsOwn(str):
+    """A str subclass whose repr and comparisons are not the string's."""
+
+    def __repr__(self) -> str:
+        raise RuntimeError("__repr__")
+
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    __hash__ = str.__hash__
+
+
+@pytest.mark.parametrize("given_to", ["__new__", "__init__"])
+def test_a_str_subclass_thread_name_is_kept_as_its_string(make_timer, given_to) -> None:
+    """thread_name is the string a str subclass holds: the timer's
+    thread_name is a plain str, which its repr() shows and the exporters
+    compare, not the subclass, whose own methods would speak for it."""
+    timer = make_timer(thread_name=NameOfItsOwn("own-name"))
+    if given_to == "__init__":  # a subclass's __init__ may rename a new timer
+        timer = make_timer()
+        timer.__init__(0.01, 64, thread_name=NameOfItsOwn("own-name"))
+    assert type(timer.thread_name) is str and timer.thread_name == "own-name"
+    assert "'own-name'" in repr(timer)
+    other = make_timer(thread_name="other-name")
+    hwtimer.metrics.PrometheusCollector(timer, other)  # two names, no collision
+    task = Counter()
+    timer.new_timeout(task, 0)
+    assert task.wait()
+    assert "own-name-dispatch" in [t.name for t in threading.enumerate()]
 
 
 def test_an_int_subclass_is_its_int_value_in_every_argument(make_timer) -> None:
