@@ -67,7 +67,19 @@ def _seconds(delay: Seconds, name: str = "delay") -> float:
     elif isinstance(delay, timedelta):
         return delay.total_seconds()
     elif isinstance(delay, SupportsFloat):
-        return float(delay)
+        try:
+            return float(delay)
+        except OverflowError as exc:
+            # past any float (a huge Fraction): infinite, as new_timeout()
+            # reads it, if it compares with 0
+            try:
+                if delay > 0:  # type: ignore[operator]
+                    return math.inf
+                if delay < 0:  # type: ignore[operator]
+                    return -math.inf
+            except Exception:
+                pass
+            raise exc from None
     elif isinstance(delay, SupportsIndex):
         seconds = operator.index(delay)
     else:

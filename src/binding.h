@@ -454,10 +454,12 @@ int hwtimer_delay_from_seconds(double seconds, const char *what, int64_t *ns);
 double hwtimer_as_seconds(PyObject *obj);
 /* Same, as seconds: returns 0 or -1; NaN is left to the caller. */
 int hwtimer_parse_seconds(hwtimer_state *st, PyObject *obj, const char *what, double *out);
-/* After hwtimer_parse_seconds() failed for `obj`: if it was an int (or
-   what has __index__) too large for a double, clears the OverflowError
-   and sets *out to inf of its sign.  Returns 0, or -1 with the error as
-   it was (or the one reading the int again raised). */
+/* After hwtimer_parse_seconds() failed for `obj`: if it was a number too
+   large for a double (an int, or what has __index__, read exactly; or a
+   number such as a Fraction, whose __float__ overflowed, by comparing it
+   with 0), clears the OverflowError and sets *out to inf of its sign.
+   Returns 0, or -1 with the error as it was (or the one reading the int
+   again raised). */
 int hwtimer_huge_seconds(PyObject *obj, double *out);
 /* Takes the pending exception, if any, out of the thread state, with its
    traceback attached: no Python code may be called with one pending. */

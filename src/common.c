@@ -101,14 +101,35 @@ int hwtimer_parse_seconds(hwtimer_state *st, PyObject *obj, const char *what, do
 
 int hwtimer_huge_seconds(PyObject *obj, double *out)
 {
-    if (!PyIndex_Check(obj) || !PyErr_ExceptionMatches(PyExc_OverflowError))
+    if (!PyErr_ExceptionMatches(PyExc_OverflowError))
         return -1;
-    PyErr_Clear();
-    PyObject *index = PyNumber_Index(obj);
-    int positive = index ? PyObject_RichCompareBool(index, Py_False, Py_GT) : -1;
-    Py_XDECREF(index);
-    if (positive < 0)
+    if (PyIndex_Check(obj)) {
+        PyErr_Clear();
+        PyObject *index = PyNumber_Index(obj);
+        int positive = index ? PyObject_RichCompareBool(index, Py_False, Py_GT) : -1;
+        Py_XDECREF(index);
+        if (positive < 0)
+            return -1;
+        *out = positive ? Py_HUGE_VAL : -Py_HUGE_VAL;
+        return 0;
+    }
+    /* a number past any double that is no int (a Fraction): its sign, by
+       comparing it with 0; what cannot say it keeps the OverflowError */
+    if (PyFloat_Check(obj) || PyLong_Check(obj) || !HWT_HAS_FLOAT(obj))
         return -1;
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    int positive = PyObject_RichCompareBool(obj, Py_False, Py_GT);
+    int negative = positive == 0 ? PyObject_RichCompareBool(obj, Py_False, Py_LT) : positive;
+    if (positive < 0 || negative <= 0) {
+        /* an error, or neither above nor below 0: no huge number */
+        PyErr_Clear();
+        PyErr_Restore(type, value, tb);
+        return -1;
+    }
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
     *out = positive ? Py_HUGE_VAL : -Py_HUGE_VAL;
     return 0;
 }
@@ -164,7 +185,7 @@ int hwtimer_parse_any_delay(hwtimer_state *st, PyObject *obj, const char *what, 
         return r;
     }
     double d;
-    if (hwtimer_parse_seconds(st, obj, what, &d) < 0)
+    if (hwtimer_parse_seconds(st, obj, what, &d) < 0 && hwtimer_huge_seconds(obj, &d) < 0)
         return -1;
     return hwtimer_delay_from_seconds(d, what, ns);
 }

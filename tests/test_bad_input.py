@@ -729,6 +729,7 @@ SOON = [
     ("has-float", HasFloat(0.01)),
     ("has-index", HasIndex(0)),
     ("has-index-negative-huge", HasIndex(-(10**400))),
+    ("fraction-negative-huge", fractions.Fraction(-(10**400))),
     ("timedelta", datetime.timedelta(milliseconds=10)),
     ("timedelta-negative", datetime.timedelta(days=-1)),
     ("timedelta-min", datetime.timedelta.min),
@@ -758,6 +759,7 @@ NEVER = [
     ("decimal-infinity", decimal.Decimal("Infinity")),
     ("has-float-inf", HasFloat(INF)),
     ("has-index-huge", HasIndex(10**400)),
+    ("fraction-huge", fractions.Fraction(10**400)),
     ("timedelta-max", datetime.timedelta.max),
 ]
 
@@ -774,6 +776,40 @@ def test_delay_never_fires(timer, delay) -> None:
     time.sleep(0.05)
     assert task.count == 0
     assert timer.stop() == [timeout]
+
+
+def test_a_number_past_any_float_is_infinite_wherever_seconds_are_read() -> None:
+    """A number that is no int and too large for a float (a Fraction,
+    whose __float__ raises OverflowError) is infinite by its sign, as an
+    int is: a delay or period that never falls due, a deadline passed long
+    ago, or a tick and an advance out of range (ValueError)."""
+    huge, tiny = fractions.Fraction(10**400), fractions.Fraction(-(10**400))
+    with pytest.raises(ValueError, match="tick_duration"):
+        ManualTimer(huge)
+    timer = ManualTimer()
+    timeout = timer.new_timeout(noop, 1)
+    assert timeout.reset(huge) and timeout.deadline == INF
+    assert timer.new_periodic(noop, huge).deadline == INF
+    assert timer.new_periodic(noop, 1, delay=huge).deadline == INF
+    with pytest.raises(ValueError, match="seconds"):
+        timer.advance(huge)
+
+    async def main() -> None:
+        async with hwtimer.timeout(huge, timer=timer) as cm:
+            assert cm.when() == INF
+        async with hwtimer.timeout_at(huge, timer=timer) as cm:
+            await timer.advance_async(1)
+        assert not cm.expired()
+        with pytest.raises(TimeoutError):
+            async with hwtimer.timeout(tiny, timer=timer):
+                await asyncio.sleep(DEADLINE)
+        assert await hwtimer.wait_for(asyncio.sleep(0, "done"), huge, timer=timer) == "done"
+        await hwtimer.sleep(tiny, timer=timer)
+
+    try:
+        asyncio.run(main())
+    finally:
+        timer.stop()
 
 
 # ---- misbehaving tasks ----
