@@ -105,10 +105,12 @@ class ManualTimer(_ManualTimer):
         meanwhile moves the clock on top of this call's ``seconds``.
         """
         loop = asyncio.get_running_loop()
-        self._target(seconds)  # bad input is refused before anything runs
+        # bad input is refused before anything runs, and read once: what
+        # is read again below is the float it was read as
+        seconds = self._target(seconds)[2]
         await _settle(self, loop)  # tasks made just before take their first step
         # from the clock they leave: one of them may have moved it
-        target, carry = self._target(seconds)
+        target, carry, _ = self._target(seconds)
         ran = 0
         while True:
             n, reached = self._advance_until(target, carry, loop)

@@ -208,15 +208,17 @@ static PyObject *manual_advance(TimerObject *self, PyObject *arg)
 }
 
 /* _target(seconds): (the clock time in ns that advance(seconds) would
-   reach, the carry it would leave); TypeError or ValueError as advance()
-   raises them. */
+   reach, the carry it would leave, and the seconds as read, a float that
+   reads the same again without running the argument's __float__ again);
+   TypeError or ValueError as advance() raises them. */
 static PyObject *manual_target(TimerObject *self, PyObject *arg)
 {
     int64_t delta;
     double seconds, carry;
     if (parse_advance(self, arg, &seconds, &delta, &carry) < 0)
         return NULL;
-    return Py_BuildValue("(Ld)", (long long)(atomic_load(&self->manual_now) + delta), carry);
+    return Py_BuildValue("(Ldd)", (long long)(atomic_load(&self->manual_now) + delta), carry,
+                         seconds);
 }
 
 /* _now_ns(): the clock in ns. */
@@ -333,7 +335,7 @@ static PyMethodDef manual_methods[] = {
      "nothing pending will ever fall due."},
     {"_target", (PyCFunction)manual_target, METH_O,
      "_target($self, seconds, /)\n--\n\nThe clock in ns that advance(seconds) would reach, "
-     "and the carry below a ns it would leave."},
+     "the carry below a ns it would leave, and the seconds as a float."},
     {"_advance_until", (PyCFunction)(void (*)(void))manual_advance_until, METH_FASTCALL,
      "_advance_until($self, target_ns, carry, loop, /)\n--\n\nadvance_async()'s step."},
     {"_now_ns", (PyCFunction)manual_now_ns, METH_NOARGS,

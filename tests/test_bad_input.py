@@ -1367,6 +1367,28 @@ def test_a_scope_keeps_the_deadline_it_read(later, how, stop) -> None:
         timer.stop()
 
 
+@pytest.mark.parametrize(
+    "later", [NAN, 100.0, ValueError("read again")], ids=["nan", "far", "raises"]
+)
+def test_advance_async_reads_its_seconds_once(later) -> None:
+    """advance_async() refuses bad seconds before it lets the loop run,
+    and then moves the clock by the seconds it read then: it does not call
+    their __float__ again, which may say something else, or raise, after
+    the loop has run."""
+    timer = ManualTimer()
+    timer.new_timeout(noop, 1)
+
+    async def main() -> None:
+        seconds = SaysOnce(0.5, later)
+        assert await timer.advance_async(seconds) == 0
+        assert timer.time() == 0.5 and seconds.reads == 1
+
+    try:
+        asyncio.run(main())
+    finally:
+        timer.stop()
+
+
 @pytest.mark.parametrize("loop_refuses", [False, True], ids=["on-the-loop", "loop-refuses"])
 def test_a_reschedule_whose_old_place_is_taken_keeps_the_deadline_on_the_loop(
     loop_refuses: bool,

@@ -537,7 +537,7 @@ def test_advance_reaches_every_deadline_within_the_64_bit_clock(manual: ManualTi
     manual.advance(13_372_036)  # to 9_223_372_036 s: 2**63 - 1 ns is 0.854775807 s on
     with pytest.raises(ValueError):
         manual.advance(0.854775807)
-    assert manual._target(0.854775806) == (2**63 - 2, 0.0)
+    assert manual._target(0.854775806) == (2**63 - 2, 0.0, 0.854775806)
     manual.advance(0.854775806)
     assert manual.advance(0) == 0
 
