@@ -95,6 +95,18 @@ int hwtimer_parse_seconds(hwtimer_state *st, PyObject *obj, const char *what, do
     double d = hwtimer_as_seconds(obj);
     if (d == -1.0 && PyErr_Occurred())
         return -1; /* e.g. OverflowError, or what a __float__ raised */
+    if (d == 0 && !PyFloat_Check(obj) && !PyLong_Check(obj)) {
+        /* a number above 0 too small for a double (a Fraction, a Decimal)
+           reads as 0.0: it is the least double above 0 instead, a tick
+           that is clamped and a period that is one, not a 0 refused.
+           What does not compare with 0 is the 0.0 it says it is. */
+        int positive = PyObject_RichCompareBool(obj, Py_False, Py_GT);
+        if (positive < 0 && !PyErr_ExceptionMatches(PyExc_Exception))
+            return -1;
+        PyErr_Clear();
+        if (positive > 0)
+            d = 0x1p-1074;
+    }
     *out = d;
     return 0;
 }

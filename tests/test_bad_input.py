@@ -812,6 +812,24 @@ def test_a_number_past_any_float_is_infinite_wherever_seconds_are_read() -> None
         timer.stop()
 
 
+@pytest.mark.parametrize(
+    "tiny",
+    [fractions.Fraction(1, 10**400), decimal.Decimal("1e-400")],
+    ids=["fraction", "decimal"],
+)
+def test_a_number_above_0_below_any_float_is_above_0(tiny) -> None:
+    """A number above 0 that no float can hold reads as 0.0 by its
+    __float__; it is still above 0, as 1e-320 is: a tick that is clamped
+    (with the warning), a period of a ns, not a value refused as <= 0."""
+    with pytest.warns(RuntimeWarning, match="clamped"):
+        timer = ManualTimer(tiny)
+    with timer:
+        assert timer.tick_duration == 0.001
+        ran: list[Timeout] = []
+        timeout = timer.new_periodic(ran.append, tiny, missed="skip")
+        assert timer.advance(0.0025) == 2 and ran == [timeout, timeout]
+
+
 # ---- misbehaving tasks ----
 
 
