@@ -65,7 +65,8 @@ def _seconds(delay: Seconds, name: str = "delay") -> float:
     if isinstance(delay, int):
         seconds = delay
     elif isinstance(delay, timedelta):
-        return delay.total_seconds()
+        # what it holds, whatever a subclass's own methods say
+        return timedelta.total_seconds(delay)
     elif isinstance(delay, SupportsFloat):
         try:
             return float(delay)

@@ -52,14 +52,24 @@ static int type_error(const char *what, PyObject *obj)
     return -1;
 }
 
-/* Reads a timedelta as whole microseconds, saturating.  Returns 0 or -1. */
-static int timedelta_us(PyObject *obj, long double *us)
+/* Reads a timedelta as whole microseconds, saturating: those it holds,
+   which a subclass's own days, seconds or microseconds do not change (as
+   in timedelta's arithmetic), read by timedelta's descriptors.  Returns 0
+   or -1. */
+static int timedelta_us(PyObject *timedelta_type, PyObject *obj, long double *us)
 {
     static const char *const names[3] = {"days", "seconds", "microseconds"};
     static const long double scale[3] = {86400e6L, 1e6L, 1.0L};
     long double total = 0;
     for (int i = 0; i < 3; i++) {
-        PyObject *v = PyObject_GetAttrString(obj, names[i]);
+        PyObject *v;
+        if (Py_TYPE(obj) == (PyTypeObject *)timedelta_type) {
+            v = PyObject_GetAttrString(obj, names[i]);
+        } else {
+            PyObject *descr = PyObject_GetAttrString(timedelta_type, names[i]);
+            v = descr ? PyObject_CallMethod(descr, "__get__", "O", obj) : NULL;
+            Py_XDECREF(descr);
+        }
         if (!v)
             return -1;
         long long x = PyLong_AsLongLong(v);
@@ -85,7 +95,7 @@ int hwtimer_parse_seconds(hwtimer_state *st, PyObject *obj, const char *what, do
         return type_error(what, obj);
     if (PyObject_TypeCheck(obj, (PyTypeObject *)st->timedelta_type)) {
         long double us;
-        if (timedelta_us(obj, &us) < 0)
+        if (timedelta_us(st->timedelta_type, obj, &us) < 0)
             return -1;
         *out = (double)(us / 1e6L);
         return 0;

@@ -830,6 +830,47 @@ def test_a_number_above_0_below_any_float_is_above_0(tiny) -> None:
         assert timer.advance(0.0025) == 2 and ran == [timeout, timeout]
 
 
+class TimedeltaOfItsOwn(datetime.timedelta):
+    """A timedelta whose own days, seconds and total_seconds() are not
+    the time it holds."""
+
+    @property
+    def days(self) -> float:  # type: ignore[override]
+        return datetime.timedelta.total_seconds(self) / 86400
+
+    @property
+    def seconds(self) -> int:  # type: ignore[override]
+        raise RuntimeError("seconds")
+
+    def total_seconds(self) -> float:
+        raise RuntimeError("total_seconds")
+
+
+def test_a_timedelta_subclass_is_the_time_it_holds() -> None:
+    """A timedelta subclass is the time it holds, as timedelta's own
+    arithmetic reads it, whatever its own days, seconds or total_seconds()
+    say: a delay, a period, a reset, an advance, a tick, a scope's delay."""
+    delay = TimedeltaOfItsOwn(milliseconds=1500)
+    assert ManualTimer(delay).tick_duration == 1.5
+    timer = ManualTimer()
+    assert timer.new_timeout(noop, delay).deadline == 1.5
+    assert timer.new_periodic(noop, delay).deadline == 1.5
+    timeout = timer.new_timeout(noop, 60)
+    assert timeout.reset(delay) and timeout.deadline == 1.5
+    assert timer.advance(delay) == 3 and timer.time() == 1.5
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        async with hwtimer.timeout(delay, timer=timer) as cm:
+            assert cm.when() == pytest.approx(loop.time() + 1.5)
+        assert await hwtimer.wait_for(asyncio.sleep(0, "done"), delay, timer=timer) == "done"
+
+    try:
+        asyncio.run(main())
+    finally:
+        timer.stop()
+
+
 # ---- misbehaving tasks ----
 
 
