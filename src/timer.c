@@ -600,6 +600,13 @@ static int check_name_and_executor(PyObject *name_o, PyObject *executor)
         }
         Py_ssize_t len;
         const char *s = PyUnicode_AsUTF8AndSize(name_o, &len);
+        if (!s && PyErr_ExceptionMatches(PyExc_UnicodeEncodeError)) {
+            /* a lone surrogate: said of thread_name, not of the codec */
+            PyErr_Clear();
+            return hwtimer_value_error("thread_name must be text that UTF-8 can encode "
+                                       "(no lone surrogates)",
+                                       name_o);
+        }
         if (!s)
             return -1;
         if ((size_t)len != strlen(s)) {

@@ -201,6 +201,19 @@ def test_constructor_bad_values(kwargs, exc) -> None:
     assert len(native_thread_names()) <= threads_before
 
 
+def test_a_thread_name_with_a_lone_surrogate_is_refused_by_its_name() -> None:
+    """A name that UTF-8 cannot encode (a thread's name is bytes) is a
+    ValueError that names thread_name, as its other refusals do, not the
+    codec's words alone."""
+    with pytest.raises(ValueError, match="thread_name"):
+        HashedWheelTimer(thread_name="bad\ud800name")
+    timer = HashedWheelTimer()
+    with pytest.raises(ValueError, match="thread_name"):
+        timer.__init__(thread_name="bad\ud800name")
+    assert timer.thread_name.startswith("hwtimer-")
+    timer.stop()
+
+
 @pytest.mark.parametrize("tick", [-(10**400), MyInt(-(10**400))], ids=["int", "myint"])
 def test_a_tick_below_any_double_is_refused_as_negative(tick) -> None:
     with pytest.raises(ValueError, match="must be > 0"):
