@@ -48,6 +48,10 @@ else:
         """
 
     _TimeoutError.__name__ = _TimeoutError.__qualname__ = "TimeoutError"
+    # Where pickle looks the class up, by its module and name: raised in a
+    # process of multiprocessing or a ProcessPoolExecutor, it reaches the
+    # caller as the builtin TimeoutError of 3.11+ does.
+    TimeoutError = _TimeoutError
 
 _BaseExceptionGroup: type[BaseException] | None = getattr(builtins, "BaseExceptionGroup", None)
 

@@ -19,6 +19,7 @@ import decimal
 import fractions
 import gc
 import math
+import pickle
 import sys
 import threading
 import time
@@ -983,6 +984,20 @@ def test_timeout_error_types(run: Any) -> None:
                     await _forever()
 
     run(main)
+
+
+def test_timeout_error_pickles(run: Any) -> None:
+    # It crosses processes (multiprocessing, ProcessPoolExecutor) as the
+    # builtin TimeoutError does: pickle finds its class, also before 3.11.
+    async def main() -> BaseException:
+        with pytest.raises(TimeoutError) as info:
+            async with hwtimer.timeout(0.01):
+                await _forever()
+        return info.value
+
+    error = pickle.loads(pickle.dumps(run(main)))
+    assert isinstance(error, TimeoutError)
+    assert isinstance(error, asyncio.TimeoutError)
 
 
 def test_timeout_not_reached(run: Any, timeout: Any) -> None:
