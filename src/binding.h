@@ -368,6 +368,11 @@ typedef struct DispatchObject {
        raised) or that calls stop() before it (from such a hook) must not
        be waited for */
     PyObject *thread_ref;
+    /* the thread in the start() that makes and starts its threading.Thread,
+       until Thread.start() returns, or 0: a stop() there (from a signal
+       handler, a profile hook, a finalizer) must not wait for a thread
+       that this one may not have started yet */
+    unsigned long starter;
     pid_t pid;               /* the process its thread runs in */
     /* borrowed: while this dispatch thread waits in a stop() (for that
        timer's dispatch thread) or for a ManualTimer's advance lock, that

@@ -111,20 +111,28 @@ static int thread_never_runs(PyObject *thread)
 
 /* Whether the dispatch thread will never run run(): it has not entered it
    and either it has ended (a profile or trace hook of threading's raised
-   before the call, and the thread died) or this is that thread (such a
-   hook calls stop()).  If so it is marked abandoned and done: run()
-   returns at once if it is ever called, and stop() runs what expired
-   here.  Called with the GIL.  Returns 1, 0, or -1 with an exception
-   (thread_never_runs()); with one set already, it asks nothing. */
+   before the call, and the thread died), or this is that thread (such a
+   hook calls stop()), or this thread is the one starting it (a signal
+   handler, hook or finalizer that runs as start() makes the Thread calls
+   stop(): the thread may not exist yet, and waiting for it here would
+   keep it from ever starting).  If so it is marked abandoned and done:
+   run() returns at once if it is ever called, and stop() runs what
+   expired here.  Called with the GIL.  Returns 1, 0, or -1 with an
+   exception (thread_never_runs()); with one set already, it asks
+   nothing. */
 static int never_runs(DispatchObject *self)
 {
-    if (self->thread_id || self->done || !self->thread_ref || PyErr_Occurred())
+    if (self->thread_id || self->done || PyErr_Occurred())
         return 0;
-    PyObject *thread = PyObject_CallNoArgs(self->thread_ref);
-    int never = thread ? thread_never_runs(thread) : -1;
-    Py_XDECREF(thread);
-    if (never <= 0 || self->thread_id) /* the checks ran Python code */
-        return never < 0 ? -1 : 0;
+    if (self->starter != PyThread_get_thread_ident()) {
+        if (!self->thread_ref)
+            return 0;
+        PyObject *thread = PyObject_CallNoArgs(self->thread_ref);
+        int never = thread ? thread_never_runs(thread) : -1;
+        Py_XDECREF(thread);
+        if (never <= 0 || self->thread_id) /* the checks ran Python code */
+            return never < 0 ? -1 : 0;
+    }
     self->abandoned = true;
     pthread_mutex_lock(&self->lock);
     self->done = true;
@@ -214,6 +222,7 @@ DispatchObject *hwtimer_dispatch_new(TimerObject *timer)
     d->waits_on = NULL;
     d->held[0] = d->held[1] = NULL;
     d->thread_ref = NULL;
+    d->starter = 0;
     d->name = PyUnicode_FromFormat("%U-dispatch", timer->name);
     int err = pthread_mutex_init(&d->lock, NULL);
     /* on the monotonic clock: stop() waits in slices to handle signals */

@@ -435,8 +435,12 @@ int hwtimer_timer_start(TimerObject *self)
     }
     self->dispatcher = (PyObject *)d;
     /* Running from here: a stop() while Thread.start() lets go of the GIL
-       stops the worker, and the dispatch thread exits as soon as it runs. */
+       stops the worker, and the dispatch thread exits as soon as it runs.
+       One in this thread meanwhile (a signal handler, a finalizer, run as
+       the Thread is made or started) does not wait for that thread, which
+       may never start: it abandons it (never_runs(), with `starter`). */
     bool warn = running_add(self);
+    d->starter = PyThread_get_thread_ident();
     PyObject *run = PyObject_GetAttrString((PyObject *)d, "run");
     PyObject *kwargs =
         run ? Py_BuildValue("{s:O,s:O,s:O}", "target", run, "name", d->name, "daemon", Py_True)
@@ -447,6 +451,7 @@ int hwtimer_timer_start(TimerObject *self)
     if (thread && !(d->thread_ref = PyWeakref_NewRef(thread, NULL)))
         PyErr_Clear(); /* only a thread that never runs run() is then waited for */
     PyObject *r = thread ? PyObject_CallMethod(thread, "start", NULL) : NULL;
+    d->starter = 0;
     Py_XDECREF(run);
     Py_XDECREF(kwargs);
     Py_XDECREF(args);

@@ -420,6 +420,46 @@ def test_stop_from_a_profile_hook_before_the_dispatch_thread_runs_returns() -> N
     assert (proc.stdout, proc.stderr) == ("[[]] []\n", "")
 
 
+@pytest.mark.parametrize("where", ["Thread.__init__", "Thread.start"])
+def test_stop_on_the_thread_that_starts_the_timer_as_it_makes_the_thread_returns(
+    where: str,
+) -> None:
+    """stop() from the thread in the start() that new_timeout() calls, as
+    that start() makes or starts the dispatch thread's Thread (a signal
+    handler, a finalizer or, here, a profile hook): it does not wait for a
+    thread that is not there yet, the new_timeout() raises as on a stopped
+    timer, and no thread is left behind."""
+    code = f"""
+    import sys, threading, time
+    import hwtimer
+
+    timer = hwtimer.HashedWheelTimer(0.01)
+    stopped = []
+
+    def hook(frame, event, arg):
+        if event == "call" and frame.f_code is threading.{where}.__code__ and not stopped:
+            stopped.append(timer.stop())
+
+    sys.setprofile(hook)
+    try:
+        timer.new_timeout(print, 0)
+    except RuntimeError as e:
+        print(e)
+    finally:
+        sys.setprofile(None)
+    deadline = time.monotonic() + 30
+    while threading.active_count() > 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    print(stopped, timer.stop(), threading.active_count())
+"""
+    proc = run_python(code, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert (proc.stdout, proc.stderr) == (
+        "cannot schedule a timeout: the timer is stopped\n[[]] [] 1\n",
+        "",
+    )
+
+
 def test_exit_with_50k_pending_timeouts_ten_times() -> None:
     for i in range(10):
         variant = EXIT_VARIANTS[i % len(EXIT_VARIANTS)]
