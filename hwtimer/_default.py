@@ -13,7 +13,10 @@ from ._hwtimer import HashedWheelTimer, _mark_shared
 DEFAULT_TICK = 0.001
 DEFAULT_TICKS_PER_WHEEL = 4096
 
-_lock = threading.Lock()
+#: Reentrant: a signal handler (or a finalizer) that runs in this thread
+#: while it makes the shared timer, and asks for it too, must not wait for
+#: the lock this thread holds.
+_lock = threading.RLock()
 _timer: HashedWheelTimer | None = None
 
 #: In a child of fork() made by a task of the shared timer: the parent's
@@ -49,11 +52,16 @@ def _shared() -> HashedWheelTimer:
         with _lock:
             timer = _timer
             if timer is None:
-                timer = HashedWheelTimer(
+                made = HashedWheelTimer(
                     DEFAULT_TICK, DEFAULT_TICKS_PER_WHEEL, thread_name="hwtimer-default"
                 )
-                _mark_shared(timer)
-                _timer = timer
+                _mark_shared(made)
+                # A handler that ran in here meanwhile may have made it
+                # already: that one is the process's (checked and set with
+                # no call in between, where another could run).
+                if _timer is None:
+                    _timer = made
+                timer = _timer
     return timer
 
 
@@ -64,7 +72,7 @@ def _forget_in_child() -> None:
     # meant for a timer that a user forgot to stop.
     global _timer, _lock
     timer, _timer = _timer, None
-    _lock = threading.Lock()
+    _lock = threading.RLock()
     if timer is not None:
         try:
             timer.stop()

@@ -844,6 +844,37 @@ def test_a_sleep_after_a_stop_of_the_shared_timer_says_that_it_is_stopped() -> N
     assert "hwtimer.default_timer()" in lines[0], lines
 
 
+def test_default_timer_asked_again_as_it_is_made_returns_one_timer() -> None:
+    # A signal handler (here, a profile hook, at a point where one can
+    # run) that asks for the shared timer while the thread's first
+    # default_timer() call makes it: it does not wait for ever for the lock
+    # that this thread holds, and both calls return the same timer.
+    code = """if True:
+        import sys, threading, hwtimer
+        from hwtimer import _default
+
+        inner = []
+
+        def hook(frame, event, arg):
+            if event == "c_call" and arg is _default._mark_shared and not inner:
+                inner.append(None)
+                inner.append(hwtimer.default_timer())
+
+        sys.setprofile(hook)
+        try:
+            outer = hwtimer.default_timer()
+        finally:
+            sys.setprofile(None)
+        print(inner[1] is outer, outer is hwtimer.default_timer())
+        ran = threading.Event()
+        outer.new_timeout(lambda t: ran.set(), 0)
+        print(ran.wait(30), outer.stop())
+    """
+    proc = run_python(code, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert (proc.stdout, proc.stderr) == ("True True\nTrue []\n", "")
+
+
 def test_warning_of_too_many_timers_lets_its_handler_stop_them() -> None:
     # The error logged when a 65th timer starts: a handler that answers it
     # by stopping every timer, the one starting too, must not wait for a
