@@ -516,10 +516,9 @@ static PyObject *stop_and_wait(TimerObject *self, DispatchObject *d)
     }
     /* else stopped, or being stopped by another call: wait as it does */
     int r = hwtimer_dispatch_wait_done(d);
-    if (first)
-        self->stop_waiter = 0;
     if (r < 0) { /* interrupted: the next call returns them */
         if (first) {
+            self->stop_waiter = 0;
             keep_left(self);
             stopping_add(self);
         }
@@ -539,7 +538,12 @@ static PyObject *stop_and_wait(TimerObject *self, DispatchObject *d)
     else if (d->abandoned) /* its start() failed: they run here, as no dispatch thread will */
         run_expired_here(self);
     hwtimer_release_handed_back(self->core);
-    if (self->stop_waiter == getpid())
+    /* Marked until here: what ran above (the tasks, and the finalizers of
+       what they and the timeouts let go of) may call stop() too, which
+       must leave what was pending to this call. */
+    if (first)
+        self->stop_waiter = 0;
+    else if (self->stop_waiter == getpid())
         return PyList_New(0); /* the call that stopped it returns them */
     hwt_timeout *left = self->stop_left;
     self->stop_left = NULL;

@@ -398,6 +398,42 @@ def test_stop_when_a_profile_hook_kills_the_dispatch_thread_runs_what_expired() 
     assert "a profiler's bug" in proc.stderr  # threading's excepthook
 
 
+def test_stop_from_a_finalizer_that_the_stopping_call_runs_leaves_it_the_pending() -> None:
+    """A stop() that runs what expired in the place of a dispatch thread
+    that died lets go of the task it ran, whose __del__ calls stop() too:
+    that nested call returns [], and the call that stopped the timer
+    returns what was pending."""
+    code = (
+        PROFILE_BEFORE_DISPATCH
+        + """
+    def fail():
+        raise RuntimeError("a profiler's bug")
+
+    profile_before_dispatch(fail)
+    timer = hwtimer.HashedWheelTimer(0.01)
+    nested = []
+
+    class Task:
+        def __call__(self, timeout):
+            pass
+
+        def __del__(self):
+            nested.append(timer.stop())
+
+    expired = timer.new_timeout(Task(), 0.01)
+    pending = timer.new_timeout(print, 100)
+    threading.setprofile(None)
+    while not expired.is_expired():
+        time.sleep(0.01)
+    del expired
+    print(timer.stop() == [pending], nested, pending.is_cancelled())
+"""
+    )
+    proc = run_python(code, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "True [[]] True\n"
+
+
 def test_stop_from_a_profile_hook_before_the_dispatch_thread_runs_returns() -> None:
     """A hook that calls stop() on the dispatch thread before its body
     runs: that stop() does not wait for the thread it runs on, and later
