@@ -1380,6 +1380,19 @@ static PyObject *timer_exit(TimerObject *self, PyObject *args)
     Py_RETURN_FALSE;
 }
 
+/* __reduce__(): a timer is its process's threads and wheel, which no
+   copy or pickle can carry: refused at every protocol with the words
+   protocols 2 and up use.  Without it, protocols 0 and 1 (copyreg) call
+   the nearest built-in base with the timer of a subclass (ManualTimer, a
+   user's) for tick_duration, and say that that is not a number. */
+static PyObject *timer_reduce(TimerObject *self, PyObject *unused)
+{
+    (void)unused;
+    PyErr_Format(PyExc_TypeError, "cannot pickle '%.200s' object",
+                 hwtimer_type_name(Py_TYPE(self)));
+    return NULL;
+}
+
 static PyObject *timer_repr(TimerObject *self)
 {
     /* a timer started before fork() has no worker in the child */
@@ -1585,6 +1598,8 @@ static PyMethodDef timer_methods[] = {
      "pending_snapshot($self, /, limit=100)\n--\n\nThe limit soonest pending timeouts, in "
      "deadline order."},
     {"__enter__", (PyCFunction)timer_enter, METH_NOARGS, "__enter__($self, /)\n--\n\n"},
+    {"__reduce__", (PyCFunction)timer_reduce, METH_NOARGS,
+     "__reduce__($self, /)\n--\n\nRefused: a timer cannot be pickled or copied."},
     {"__exit__", (PyCFunction)timer_exit, METH_VARARGS,
      "__exit__($self, exc_type, exc, tb, /)\n--\n\nStops the timer."},
     {NULL, NULL, 0, NULL},

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import copy
 import datetime
 import gc
 import logging
 import os
+import pickle
 import re
 import sys
 import threading
@@ -842,6 +844,25 @@ def test_a_sleep_after_a_stop_of_the_shared_timer_says_that_it_is_stopped() -> N
     assert len(lines) == 2 and lines[0] == lines[1], lines
     assert "stopped timer ('hwtimer-default')" in lines[0], lines
     assert "hwtimer.default_timer()" in lines[0], lines
+
+
+@pytest.mark.parametrize("protocol", range(pickle.HIGHEST_PROTOCOL + 1))
+def test_no_timer_can_be_pickled_or_copied_and_the_error_says_so(protocol: int) -> None:
+    # at every protocol, for a subclass too (ManualTimer, a user's): not
+    # protocols 0 and 1 making the timer the tick_duration of a new one
+    from hwtimer.testing import ManualTimer
+
+    class MyTimer(HashedWheelTimer):
+        pass
+
+    for timer in (HashedWheelTimer(0.01, 64), MyTimer(0.01, 64), ManualTimer()):
+        refused = f"cannot pickle '(hwtimer\\.)?{type(timer).__name__}' object"
+        with pytest.raises(TypeError, match=refused):
+            pickle.dumps(timer, protocol)
+        for copier in (copy.copy, copy.deepcopy):
+            with pytest.raises(TypeError, match=refused):
+                copier(timer)
+        assert timer.stop() == []
 
 
 def test_default_timer_asked_again_as_it_is_made_returns_one_timer() -> None:
