@@ -357,7 +357,8 @@ def test_interrupted_stop_while_a_start_fails_still_runs_what_had_expired(
 
 
 #: A threading.setprofile() hook that acts as the dispatch thread is about
-#: to call its body (`act`, given the timer), then leaves that thread alone.
+#: to call its body (`act`, given the timer), then leaves that thread alone;
+#: `fail` is an act that raises, as a profiler with a bug would.
 PROFILE_BEFORE_DISPATCH = """
     import sys, threading, time
     import hwtimer
@@ -368,6 +369,9 @@ PROFILE_BEFORE_DISPATCH = """
                 sys.setprofile(None)
                 act()
         threading.setprofile(hook)
+
+    def fail():
+        raise RuntimeError("a profiler's bug")
 """
 
 
@@ -379,9 +383,6 @@ def test_stop_when_a_profile_hook_kills_the_dispatch_thread_runs_what_expired() 
     code = (
         PROFILE_BEFORE_DISPATCH
         + """
-    def fail():
-        raise RuntimeError("a profiler's bug")
-
     profile_before_dispatch(fail)
     timer = hwtimer.HashedWheelTimer(0.01)
     ran = []
@@ -406,9 +407,6 @@ def test_stop_from_a_finalizer_that_the_stopping_call_runs_leaves_it_the_pending
     code = (
         PROFILE_BEFORE_DISPATCH
         + """
-    def fail():
-        raise RuntimeError("a profiler's bug")
-
     profile_before_dispatch(fail)
     timer = hwtimer.HashedWheelTimer(0.01)
     nested = []
