@@ -4,7 +4,11 @@
 #
 #   1. tests/c/model_test.c, the core against its reference model on a fake
 #      clock (runs of up to 128 timeouts, then wide runs of 12,000, many
-#      due in one tick), built with ASan+UBSan (-fno-sanitize-recover=all);
+#      due in one tick), built with ASan+UBSan (-fno-sanitize-recover=all),
+#      then tests/c/edge_test.c, the edges of its arithmetic (deadlines
+#      around every level's slot boundaries, delays up to the clock's end
+#      and their saturation to never, large start times) and stop() with
+#      timeouts in every state, under ASan+UBSan;
 #   2. tests/c/fault_test.c, each pthread init of the core failing in
 #      turn (the error reported, what was made undone) and a start taken
 #      back keeping its timeouts, under ASan+UBSan,
@@ -35,7 +39,7 @@
 #
 # Environment:
 #   CC               compiler for steps 1-2 (default gcc)
-#   SEED             seed for the model and stress tests (default: random)
+#   SEED             seed for the model, edge and stress tests (default: random)
 #   MODEL_ITERATIONS model test runs (default: the test's own, 2000)
 #   STRESS_ROUNDS    stress rounds per sanitizer (default 6)
 #   FUZZ_SECONDS     fuzzing time (default 30; 0 skips the fuzzer)
@@ -84,6 +88,10 @@ build() { # build OUTPUT SOURCE FLAGS...
 step "model test under ASan+UBSan (seed $SEED, $backend backend)"
 build model_asan model_test.c "${ASAN[@]}"
 timeout 900 "$work/model_asan" "$SEED" ${MODEL_ITERATIONS:+"$MODEL_ITERATIONS"}
+
+step "edge test under ASan+UBSan (seed $SEED, $backend backend)"
+build edge_asan edge_test.c "${ASAN[@]}"
+timeout 300 "$work/edge_asan" "$SEED"
 
 step "fault test under ASan+UBSan ($backend backend)"
 build fault_asan fault_test.c "${ASAN[@]}" -ldl

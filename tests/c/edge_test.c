@@ -1,0 +1,313 @@
+/*
+ * edge_test.c: the C core at the edges of its arithmetic, in manual mode on
+ * a fake clock, checked against the rule of hwt.h and wheel.h: a timeout
+ * is due at the first tick that ends at or after its deadline (never
+ * before the tick that holds the clock at its schedule), and fires at that
+ * tick's end; one whose tick would end at or past HWT_NEVER on the clock
+ * never fires and its deadline reads HWT_NEVER.
+ *
+ *   boundaries: every delay up to 1200 ticks from many clock readings, on
+ *     wheels of 1 to 8 buckets (levels 1 to 3 start every 8 to 512 ticks),
+ *     each followed tick by tick and by jumps to what advance returns:
+ *     deadlines just before, on and after every level's slot boundary;
+ *   far: random start times, clock readings and delays up to the end of
+ *     the 64-bit clock (delays on and next to powers of two), on wheels of
+ *     1 to 4096 buckets and ticks of 1 ns to 1 us: each fires at its tick's
+ *     end after at most one step per level, or saturates to never;
+ *   stop: stop() with timeouts in every state (queued, queued and
+ *     cancelled, on level 0, on an upper level, never due, reset and not
+ *     yet relinked, cancelled and not yet unlinked, a periodic one in its
+ *     run, one-shots delivered RUNNING to an `ends_once` sink, one of them
+ *     reset): each comes back exactly once, by stop(), the released list,
+ *     or its consumer's call, and the counters add up.
+ *
+ * Usage: edge_test [SEED].  Exits 0 when every check holds.
+ */
+#include "hwt.h"
+#include "test_util.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+static int64_t fake_now;
+static int failures;
+
+static int64_t fake_clock(void *ctx)
+{
+    (void)ctx;
+    return fake_now;
+}
+
+#define FAIL(...)                                                                                  \
+    do {                                                                                           \
+        if (failures++ < 20) {                                                                     \
+            fprintf(stderr, "edge_test: FAIL: " __VA_ARGS__);                                      \
+            fputc('\n', stderr);                                                                   \
+        }                                                                                          \
+    } while (0)
+
+static hwt_timer *manual_timer(uint32_t wheel, int64_t tick_ns, int64_t start)
+{
+    hwt_config cfg = {.tick_ns = tick_ns, .ticks_per_wheel = wheel, .manual = true};
+    cfg.clock = fake_clock;
+    fake_now = start;
+    hwt_timer *t = hwt_timer_new(&cfg);
+    if (!t || hwt_timer_start(t) != 0) {
+        fprintf(stderr, "edge_test: cannot make a timer (wheel %" PRIu32 ", tick %" PRId64 ")\n",
+                wheel, tick_ns);
+        exit(1);
+    }
+    return t;
+}
+
+/* The clock time at which a timeout scheduled at clock `at` with `delay`
+   fires, or HWT_NEVER; `start` is the timer's start time. */
+static int64_t expected_end(int64_t start, int64_t tick_ns, int64_t at, int64_t delay)
+{
+    int64_t rel = at - start, deadline, tick, end_rel, end;
+    if (delay <= 0)
+        deadline = rel;
+    else if (__builtin_add_overflow(rel, delay, &deadline))
+        return HWT_NEVER;
+    tick = deadline <= 0 ? 0 : (deadline - 1) / tick_ns;
+    if (tick < rel / tick_ns)
+        tick = rel / tick_ns; /* the clock is inside tick rel / tick_ns, not yet ended */
+    if (__builtin_mul_overflow(tick + 1, tick_ns, &end_rel) ||
+        __builtin_add_overflow(start, end_rel, &end) || end == HWT_NEVER)
+        return HWT_NEVER;
+    return end;
+}
+
+/* Schedules one timeout at clock `at` and follows it, by single steps of
+   the clock or by jumps to what advance returns, at most `max_steps` of
+   them.  Returns the clock when it fired, or -1. */
+static int64_t follow(hwt_timer *t, hwt_timeout *to, int64_t at, int64_t delay, bool jump,
+                      unsigned max_steps, unsigned *steps)
+{
+    fake_now = at;
+    hwt_timer_advance(t, at);
+    if (hwt_timer_schedule(t, to, delay) != HWT_OK) {
+        FAIL("schedule at %" PRId64 " refused", at);
+        return -1;
+    }
+    int64_t next = hwt_timer_advance(t, at);
+    for (*steps = 0; *steps < max_steps; ++*steps) {
+        if (jump) {
+            if (next == HWT_NEVER)
+                return -1;
+            if (next <= fake_now) {
+                FAIL("advance at %" PRId64 " returned %" PRId64 ", not later", fake_now, next);
+                return -1;
+            }
+            fake_now = next;
+        } else {
+            fake_now++;
+        }
+        next = hwt_timer_advance(t, fake_now);
+        hwt_timeout *got = hwt_sink_take(hwt_timer_default_sink(t));
+        if (got) {
+            if (got != to || got->link.next)
+                FAIL("something other than the one timeout was delivered");
+            return fake_now;
+        }
+    }
+    return -1;
+}
+
+static void boundaries(void)
+{
+    static const uint32_t wheels[] = {1, 2, 4, 8};
+    unsigned runs = 0;
+    for (size_t w = 0; w < sizeof(wheels) / sizeof(wheels[0]); w++)
+        for (int64_t at = 0; at < 600; at += 11)
+            for (int64_t delay = 0; delay < 1200; delay++)
+                for (int jump = 0; jump < 2; jump++) {
+                    hwt_timer *t = manual_timer(wheels[w], 1, 0);
+                    hwt_timeout to = {.sink = hwt_timer_default_sink(t)};
+                    unsigned steps;
+                    int64_t want = expected_end(0, 1, at, delay);
+                    int64_t got = follow(t, &to, at, delay, jump, 2000, &steps);
+                    if (got != want)
+                        FAIL("wheel %" PRIu32 ", at %" PRId64 ", delay %" PRId64
+                             ", %s: fired at %" PRId64 ", due at %" PRId64,
+                             wheels[w], at, delay, jump ? "jumps" : "steps", got, want);
+                    hwt_timer_stop(t);
+                    hwt_timer_decref(t);
+                    runs++;
+                }
+    printf("edge_test: %u timeouts around level boundaries fire at their tick's end\n", runs);
+}
+
+/* A random magnitude: a random number cut to a random width below 63 bits. */
+static int64_t any_width(uint64_t *rng)
+{
+    return (int64_t)(t_splitmix(rng) >> (1 + t_splitmix(rng) % 63));
+}
+
+static void far(uint64_t seed)
+{
+    static const uint32_t wheels[] = {1, 2, 8, 64, 4096};
+    uint64_t rng = seed;
+    unsigned runs = 0, never = 0;
+    for (int i = 0; i < 20000; i++) {
+        uint32_t wheel = wheels[t_splitmix(&rng) % 5];
+        int64_t tick_ns = t_splitmix(&rng) % 4 ? (int64_t)(t_splitmix(&rng) % 1000) + 1 : 1;
+        int64_t start = any_width(&rng), at;
+        if (__builtin_add_overflow(start, any_width(&rng), &at) || at == HWT_NEVER)
+            continue;
+        /* on or next to a power of two, or any */
+        int64_t delay = INT64_C(1) << (t_splitmix(&rng) % 63);
+        delay += (int64_t)(t_splitmix(&rng) % 5) - 2;
+        if (t_splitmix(&rng) % 3 == 0)
+            delay = any_width(&rng);
+        if (t_splitmix(&rng) % 16 == 0)
+            delay = HWT_NEVER;
+        hwt_timer *t = manual_timer(wheel, tick_ns, start);
+        hwt_timeout to = {.sink = hwt_timer_default_sink(t)};
+        unsigned steps, levels = 1 + (63 - (unsigned)__builtin_ctz(wheel) + 5) / 6;
+        int64_t want = expected_end(start, tick_ns, at, delay);
+        int64_t got = follow(t, &to, at, delay, true, levels + 1, &steps);
+        if (want == HWT_NEVER) {
+            never++;
+            if (got != -1 || hwt_timeout_deadline(&to) != HWT_NEVER)
+                FAIL("start %" PRId64 ", tick %" PRId64 ", at %" PRId64 ", delay %" PRId64
+                     ": fired at %" PRId64 " with deadline %" PRId64 ", not never",
+                     start, tick_ns, at, delay, got, hwt_timeout_deadline(&to));
+        } else if (got != want || steps > levels) {
+            FAIL("wheel %" PRIu32 ", tick %" PRId64 ", start %" PRId64 ", at %" PRId64
+                 ", delay %" PRId64 ": fired at %" PRId64 " after %u steps, due at %" PRId64,
+                 wheel, tick_ns, start, at, delay, got, steps, want);
+        }
+        hwt_timer_stop(t);
+        hwt_timer_take_released(t);
+        hwt_timer_decref(t);
+        runs++;
+    }
+    printf("edge_test: %u far timeouts up to the clock's end (%u never due) fire on time, "
+           "at most one step per level\n",
+           runs, never);
+}
+
+/* The timeouts of stop_states(), by the state they are in at stop(). */
+enum {
+    LEVEL0,           /* on level 0 */
+    UPPER,            /* on level 1 */
+    TOP,              /* on a high level */
+    NEVER_DUE,        /* on the never list */
+    RESET_QUEUED,     /* RESET, its relink queued */
+    CANCEL_QUEUED,    /* CANCELLED, its unlink queued */
+    QUEUED,           /* QUEUED, not yet taken into the wheel */
+    QUEUED_CANCELLED, /* cancelled while QUEUED */
+    IN_RUN,           /* a periodic one in its run */
+    DELIVERED,        /* a one-shot delivered RUNNING, its run not begun */
+    DELIVERED_RESET,  /* the same, reset since: RUNNING_RESET */
+    NSTATES
+};
+
+static void stop_states(void)
+{
+    hwt_timer *t = manual_timer(8, 1000, 0);
+    hwt_sink *dflt = hwt_timer_default_sink(t), once_sink;
+    if (hwt_sink_init(&once_sink, t, NULL, -1, NULL) != 0) {
+        fprintf(stderr, "edge_test: no sink\n");
+        exit(1);
+    }
+    once_sink.ends_once = true;
+    static hwt_timeout to[NSTATES];
+    int seen[NSTATES] = {0};
+    for (int i = 0; i < NSTATES; i++)
+        to[i].sink = i == DELIVERED || i == DELIVERED_RESET ? &once_sink : dflt;
+    int64_t delays[NSTATES] = {0};
+    delays[LEVEL0] = 5000;
+    delays[UPPER] = 50000;
+    delays[TOP] = INT64_C(5000000000);
+    delays[NEVER_DUE] = HWT_NEVER;
+    delays[RESET_QUEUED] = delays[CANCEL_QUEUED] = 6000;
+    delays[DELIVERED] = delays[DELIVERED_RESET] = 1000;
+    for (int i = 0; i < NSTATES; i++) {
+        int r = HWT_OK;
+        if (i == IN_RUN)
+            r = hwt_timer_schedule_periodic(t, &to[i], 1000, HWT_MISSED_SKIP);
+        else if (i != QUEUED && i != QUEUED_CANCELLED)
+            r = hwt_timer_schedule(t, &to[i], delays[i]);
+        if (r != HWT_OK)
+            FAIL("schedule %d refused: %d", i, r);
+    }
+    fake_now = 2000;
+    hwt_timer_advance(t, fake_now);
+    hwt_timeout *run = hwt_sink_take(dflt), *handed = hwt_sink_take(&once_sink);
+    if (run != &to[IN_RUN] || run->link.next)
+        FAIL("the periodic timeout was not delivered alone");
+    if (handed != &to[DELIVERED] || hwt_timeout_of(handed->link.next) != &to[DELIVERED_RESET])
+        FAIL("the one-shots were not handed to the ends_once sink");
+    if (hwt_timeout_reset(&to[DELIVERED_RESET], 500) != HWT_OK ||
+        hwt_timeout_reset(&to[RESET_QUEUED], 10000) != HWT_OK ||
+        hwt_timeout_cancel(&to[CANCEL_QUEUED]) != HWT_OK ||
+        hwt_timer_schedule(t, &to[QUEUED], 1000) != HWT_OK ||
+        hwt_timer_schedule(t, &to[QUEUED_CANCELLED], 1000) != HWT_OK ||
+        hwt_timeout_cancel(&to[QUEUED_CANCELLED]) != HWT_OK)
+        FAIL("a reset, cancel or schedule before stop() failed");
+    if (atomic_load(&to[RESET_QUEUED].state) != HWT_RESET ||
+        atomic_load(&to[DELIVERED_RESET].state) != HWT_RUNNING_RESET)
+        FAIL("the reset timeouts are not in their reset states");
+
+    for (hwt_timeout *n, *x = hwt_timer_stop(t); x; x = n) {
+        n = hwt_timeout_of(x->link.next);
+        seen[x - to]++;
+        if (atomic_load(&x->state) != HWT_CANCELLED)
+            FAIL("stop() returned %d in state %u", (int)(x - to), atomic_load(&x->state));
+        if (x - to == CANCEL_QUEUED || x - to == QUEUED_CANCELLED || x - to == IN_RUN ||
+            x - to == DELIVERED || x - to == DELIVERED_RESET)
+            FAIL("stop() returned %d, which it does not hold pending", (int)(x - to));
+    }
+    for (hwt_timeout *n, *x = hwt_timer_take_released(t); x; x = n) {
+        n = hwt_timeout_of(x->link.next);
+        seen[x - to]++;
+        if (x - to != CANCEL_QUEUED && x - to != QUEUED_CANCELLED)
+            FAIL("%d released at stop()", (int)(x - to));
+    }
+    if (hwt_timeout_rearm(&to[IN_RUN], 1000, fake_now, fake_now, false) != HWT_ESTOPPED)
+        FAIL("the periodic timeout's re-arm after stop() is not HWT_ESTOPPED");
+    seen[IN_RUN]++;
+    if (hwt_timeout_begin(&to[DELIVERED]) != HWT_EXPIRED)
+        FAIL("the delivered one-shot does not run after stop()");
+    seen[DELIVERED]++;
+    if (hwt_timeout_begin(&to[DELIVERED_RESET]) != HWT_RUNNING_RESET ||
+        hwt_timeout_requeue(&to[DELIVERED_RESET]) != HWT_ESTOPPED)
+        FAIL("the reset one-shot's requeue after stop() is not HWT_ESTOPPED");
+    seen[DELIVERED_RESET]++;
+    for (int i = 0; i < NSTATES; i++)
+        if (seen[i] != 1)
+            FAIL("timeout %d came back %d times", i, seen[i]);
+    hwt_stats s;
+    hwt_timer_stats(t, &s);
+    if (s.pending != 0 || s.scheduled != NSTATES || s.expired != 1 ||
+        s.cancelled != NSTATES - 1 || s.revoked != 1)
+        FAIL("counters after stop(): pending %" PRId64 ", scheduled %" PRIu64 ", expired %" PRIu64
+             ", cancelled %" PRIu64 ", revoked %" PRIu64,
+             s.pending, s.scheduled, s.expired, s.cancelled, s.revoked);
+    if (hwt_sink_close(&once_sink) != NULL)
+        FAIL("the ends_once sink held timeouts");
+    hwt_sink_destroy(&once_sink);
+    hwt_timer_decref(t);
+    printf("edge_test: stop() with timeouts in every state gives each back once\n");
+}
+
+int main(int argc, char **argv)
+{
+    uint64_t seed;
+    if (argc > 1) {
+        seed = strtoull(argv[1], NULL, 0);
+    } else {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        seed = (uint64_t)ts.tv_sec * 1000003u ^ (uint64_t)ts.tv_nsec;
+    }
+    printf("edge_test: seed %" PRIu64 "\n", seed);
+    boundaries();
+    far(seed);
+    stop_states();
+    return failures != 0;
+}
