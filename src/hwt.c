@@ -5,10 +5,10 @@
  * Netty's algorithm, with three changes that keep its behaviour: the worker
  * sleeps straight to the next tick with work (the wheel's occupancy bitmaps
  * find it) and blocks when nothing is pending; a timeout's remaining rounds
- * are not counted down but read off its deadline (it is due at tick T when
- * deadline < (T + 1) * tick), which stays right across skipped ticks; and
- * deadlines beyond one turn wait on coarser levels instead of being visited
- * every turn.
+ * are not counted down but read off its deadline (it is due at the first
+ * tick T with deadline <= (T + 1) * tick), which stays right across skipped
+ * ticks; and deadlines beyond one turn wait on coarser levels instead of
+ * being visited every turn.
  *
  * Ownership: a scheduled timeout belongs to the timer until the worker
  * delivers it to a sink (expired) or to the released list (cancelled and

@@ -167,8 +167,8 @@ typedef struct hwt_stats {
 
 /* How the pending timeouts spread over the wheel (hwt_timer_occupancy). */
 typedef struct hwt_level_occupancy {
-    int64_t bucket_ticks; /* ticks one bucket spans: 1 on level 0, 64x more a level up */
-    uint64_t buckets;     /* ticks_per_wheel on level 0, 64 above */
+    int64_t bucket_ticks; /* ticks a bucket spans: 1, level 0's size on level 1, then 64x */
+    uint64_t buckets;     /* level 0's size (ticks_per_wheel, at most 2**22), 64 above */
     uint64_t occupied;    /* buckets holding at least one timeout */
     uint64_t timeouts;    /* timeouts held, cancelled ones not yet unlinked included */
     uint64_t fullest;     /* timeouts in the fullest bucket */
