@@ -16,8 +16,11 @@
 #      to sleep (held there by its clock read), under ASan+UBSan,
 #      tests/c/default_close_test.c, expiries for a closed default sink
 #      released, under ASan+UBSan,
-#      and tests/c/fork_take_test.c, fork() as a consumer takes from a
-#      sink (the child finds what it took), under ASan+UBSan;
+#      tests/c/fork_take_test.c, fork() as a consumer takes from a
+#      sink (the child finds what it took), under ASan+UBSan,
+#      and tests/c/fork_stop_test.c, fork() while another thread's stop()
+#      waits for the worker (the child's stop() returns what it had yet to
+#      sweep), under ASan+UBSan;
 #   3. tests/c/walk_race_test.c, a walk of the wheel (hwt_timer_soonest)
 #      made as the worker is about to sleep, under TSan;
 #      tests/c/soonest_reset_test.c, resets made while hwt_timer_soonest
@@ -112,6 +115,10 @@ timeout 60 "$work/default_close_asan"
 step "fork take test under ASan+UBSan ($backend backend)"
 build fork_take_asan fork_take_test.c "${ASAN[@]}"
 timeout 300 "$work/fork_take_asan" 2000
+
+step "fork stop test under ASan+UBSan ($backend backend)"
+build fork_stop_asan fork_stop_test.c "${ASAN[@]}" -ldl
+timeout 300 "$work/fork_stop_asan"
 
 step "walk race test under TSan ($backend backend)"
 build walk_tsan walk_race_test.c -fsanitize=thread -ldl

@@ -175,6 +175,10 @@ struct hwt_timer {
     /* started once and taken back by hwt_timer_unstart: the start time
        stays, and the wheel may hold timeouts for stop() to sweep */
     bool unstarted;
+    /* in a child of fork() made while another thread's stop() had not yet
+       swept the timer (that thread stayed in the parent): the child's
+       stop() sweeps it */
+    bool unswept;
 
     hwt_sink default_sink;
     /* Timeouts to release, not run: cancelled ones, and expired ones whose
@@ -234,6 +238,10 @@ static void unlock_timer_after_fork(hwt_timer *t, bool child)
        start: a start here would run it a second time */
     if (child && (t->state == T_STARTED || (t->state == T_NEW && t->unstarted)) && !t->cfg.manual)
         t->orphaned = true;
+    /* a stop() under way, waiting for the worker or for t->lock: what it
+       would have returned is still held, and the child's stop() returns it */
+    if (child && t->state == T_STOPPED && !t->cancel_closed)
+        t->unswept = true;
     if (child && err) {
         t->fork_err = err;
         t->orphaned = true;
@@ -1796,12 +1804,14 @@ static void finish_sinks(hwt_timer *t)
 
 hwt_timeout *hwt_timer_stop(hwt_timer *t)
 {
-    if (t->state == T_STOPPED || (t->state == T_NEW && !t->unstarted)) {
+    if ((t->state == T_STOPPED && !t->unswept) || (t->state == T_NEW && !t->unstarted)) {
         t->state = T_STOPPED;
         finish_sinks(t); /* their consumers, if any, are done waiting */
         return NULL;
     }
-    bool worker = t->state == T_STARTED; /* else unstarted: none, but maybe timeouts */
+    /* else unstarted, or unswept in a child of fork(): no worker, but maybe timeouts */
+    bool worker = t->state == T_STARTED;
+    t->unswept = false;
     t->state = T_STOPPED;
     atomic_store(&t->stopping, true);
     wake_worker(t);

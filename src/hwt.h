@@ -392,7 +392,9 @@ int hwt_timer_visit_held(hwt_timer *t, hwt_held_fn fn, void *ctx);
    neither expired nor been cancelled, each now CANCELLED and owned by the
    caller, chained by link.next.  Cancelled ones still held are released
    (hwt_timer_take_released), and every sink is marked finished.  A second
-   call returns NULL.  Must not be called from the worker. */
+   call returns NULL; but in a child of fork() made while another thread's
+   call was under way, the child's first call returns what that one had
+   not yet swept.  Must not be called from the worker. */
 hwt_timeout *hwt_timer_stop(hwt_timer *t);
 
 /* Manual mode: processes every tick whose end is at or before `now`.
