@@ -8,7 +8,9 @@ import concurrent.futures
 import gc
 import json
 import os
+import shutil
 import signal
+import subprocess
 import threading
 import weakref
 
@@ -994,6 +996,96 @@ def test_forked_child_stop_returns_periodic_timeouts_held_by_dispatch() -> None:
 """
     )
     assert_runs_clean(code)
+
+
+# The first pthread_join() of a thread named "hwt-hold" (a timer's worker),
+# once it has returned, writes a byte to the descriptor in HWT_JOIN_SIGNAL
+# and waits for one on the descriptor in HWT_JOIN_RELEASE: it holds a
+# stop() between its wait for the worker and its sweep.
+JOIN_HOLD_SHIM = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+int pthread_join(pthread_t thread, void **ret)
+{
+    static int held;
+    int (*real)(pthread_t, void **) =
+        (int (*)(pthread_t, void **))dlsym(RTLD_NEXT, "pthread_join");
+    char name[16] = "";
+    int worker = pthread_getname_np(thread, name, sizeof(name)) == 0 &&
+                 strcmp(name, "hwt-hold") == 0;
+    int r = real(thread, ret);
+    const char *sig = getenv("HWT_JOIN_SIGNAL"), *rel = getenv("HWT_JOIN_RELEASE");
+    if (worker && !held++ && sig && rel) {
+        char c = 1;
+        if (write(atoi(sig), &c, 1) != 1 || read(atoi(rel), &c, 1) != 1)
+            abort();
+    }
+    return r;
+}
+"""
+
+
+def test_forked_child_stop_returns_what_a_stop_waiting_for_the_worker_held(tmp_path) -> None:
+    """A fork() made while another thread's stop() waits for the worker
+    (the timer is stopped, not yet swept, and that thread stays in the
+    parent): the child's stop() returns the pending timeouts, cancelled, and
+    nothing is left pending there; the parent's stop() returns them too."""
+    if os.environ.get("LD_PRELOAD"):
+        pytest.skip("a preloaded runtime (a sanitizer's) comes before the shim")
+    cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if not cc:
+        pytest.skip("no C compiler found")
+    (tmp_path / "shim.c").write_text(JOIN_HOLD_SHIM)
+    shim = tmp_path / "shim.so"
+    subprocess.run(
+        [cc, "-shared", "-fPIC", "-o", str(shim), str(tmp_path / "shim.c"), "-ldl"],
+        check=True,
+        capture_output=True,
+    )
+    code = (
+        FORK_PRELUDE
+        + """
+    import select
+    sig_r, sig_w = os.pipe()
+    rel_r, rel_w = os.pipe()
+    os.environ["HWT_JOIN_SIGNAL"] = str(sig_w)
+    os.environ["HWT_JOIN_RELEASE"] = str(rel_r)
+    timer = hwtimer.HashedWheelTimer(0.001, thread_name="hwt-hold")
+    far = [timer.new_timeout(lambda t: None, 1000) for _ in range(3)]
+    stopped = []
+    stopper = threading.Thread(target=lambda: stopped.append(timer.stop()))
+    stopper.start()
+    # its stop() has waited for the worker, and has yet to sweep
+    assert select.select([sig_r], [], [], 30)[0], "the stop() never joined the worker"
+    os.read(sig_r, 1)
+    pid = os.fork()
+    if pid == 0:
+        with reported():
+            check(timer.pending_timeouts() == 3, "the timeouts are not pending")
+            left = timer.stop()
+            check(sorted(map(id, left)) == sorted(map(id, far)),
+                  f"stop() returned {left!r}")
+            check(all(t.is_cancelled() for t in far), "stop() did not cancel them")
+            check(timer.pending_timeouts() == 0, "still pending after stop()")
+            check(timer.stop() == [], "a second stop() returned something")
+        sys.stderr.flush()
+        os._exit(child_status())
+    os.write(rel_w, b"x")
+    stopper.join()
+    assert wait_child(pid) == 0
+    assert sorted(map(id, stopped[0])) == sorted(map(id, far))
+    print("ok", flush=True)
+"""
+    )
+    proc = run_python(code, timeout=90, env={"LD_PRELOAD": str(shim)})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "ok\n"
+    assert proc.stderr == ""
 
 
 def test_parents_default_timer_dropped_in_child_does_not_warn() -> None:
