@@ -682,13 +682,54 @@ static int check_name_and_executor(PyObject *name_o, PyObject *executor)
     return 0;
 }
 
+/* The stack level of the first frame that does not run hwtimer.testing's
+   code (ManualTimer.__init__ hands its arguments on to this __init__): the
+   clamping warning names the line that made the timer, as it does for a
+   HashedWheelTimer.  Returns it, or -1 with an error. */
+static int caller_stacklevel(void)
+{
+    int level = 1;
+    PyObject *frame = (PyObject *)PyEval_GetFrame();
+    Py_XINCREF(frame); /* owned from here on */
+    while (frame) {
+        PyObject *globals = PyObject_GetAttrString(frame, "f_globals");
+        if (!globals) {
+            Py_DECREF(frame);
+            return -1;
+        }
+        /* a frame's globals are a dict, which the frame holds: the name is
+           borrowed from it and read before it is let go */
+        PyObject *name = PyDict_Check(globals) ? PyDict_GetItemString(globals, "__name__") : NULL;
+        bool ours = name && PyUnicode_Check(name) &&
+                    PyUnicode_CompareWithASCIIString(name, "hwtimer.testing") == 0;
+        Py_DECREF(globals);
+        if (!ours)
+            break;
+        PyObject *back = PyObject_GetAttrString(frame, "f_back");
+        Py_DECREF(frame);
+        if (!back)
+            return -1;
+        if (back == Py_None) {
+            Py_DECREF(back);
+            back = NULL;
+        }
+        frame = back;
+        level++;
+    }
+    Py_XDECREF(frame);
+    return level;
+}
+
 /* Warns that tick_duration was clamped: only for a timer made (or
    re-made) with it, as a refused one has no tick.  Returns 0, or -1 with
    what a warning filter raised. */
 static int warn_clamped(void)
 {
+    int level = caller_stacklevel();
+    if (level < 0)
+        return -1;
     return PyErr_WarnEx(PyExc_RuntimeWarning, "tick_duration below 0.001 s is clamped to 0.001 s",
-                        1);
+                        level);
 }
 
 /* A manual timer's clock, read by its core: the TimerObject's own

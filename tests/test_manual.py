@@ -97,6 +97,22 @@ def test_constructor_arguments_follow_hashed_wheel_timer(make_manual) -> None:
         assert make_manual(0.0001).tick_duration == 0.001
 
 
+def test_clamping_warning_points_at_the_caller() -> None:
+    # as for a HashedWheelTimer: at the line that made the timer, not inside
+    # hwtimer.testing, so that filters by module and the once-per-line
+    # default see the caller's
+    with pytest.warns(RuntimeWarning, match="clamped") as warned:
+        ManualTimer(0.0001).stop()
+    assert [w.filename for w in warned] == [__file__]
+
+    class Sub(ManualTimer):
+        pass
+
+    with pytest.warns(RuntimeWarning, match="clamped") as warned:
+        Sub(1e-6).stop()
+    assert [w.filename for w in warned] == [__file__]
+
+
 def test_no_threads_and_tasks_run_in_the_calling_thread(manual: ManualTimer) -> None:
     before = sorted(native_thread_names())
     python_threads = threading.active_count()
