@@ -998,10 +998,12 @@ def test_forked_child_stop_returns_periodic_timeouts_held_by_dispatch() -> None:
     assert_runs_clean(code)
 
 
-# The first pthread_join() of a thread named "hwt-hold" (a timer's worker),
-# once it has returned, writes a byte to the descriptor in HWT_JOIN_SIGNAL
-# and waits for one on the descriptor in HWT_JOIN_RELEASE: it holds a
-# stop() between its wait for the worker and its sweep.
+# The first pthread_join() of the thread that named itself "hwt-hold" (a
+# timer's worker), once it has returned, writes a byte to the descriptor in
+# HWT_JOIN_SIGNAL and waits for one on the descriptor in HWT_JOIN_RELEASE:
+# it holds a stop() between its wait for the worker and its sweep.  The
+# thread is known by the name it set, not by asking for its name at the
+# join: a thread that has already ended has none to ask for.
 JOIN_HOLD_SHIM = r"""
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -1010,14 +1012,26 @@ JOIN_HOLD_SHIM = r"""
 #include <string.h>
 #include <unistd.h>
 
+static pthread_t hold;
+static int named;
+
+int pthread_setname_np(pthread_t thread, const char *name)
+{
+    int (*real)(pthread_t, const char *) =
+        (int (*)(pthread_t, const char *))dlsym(RTLD_NEXT, "pthread_setname_np");
+    if (strcmp(name, "hwt-hold") == 0) {
+        hold = thread;
+        __atomic_store_n(&named, 1, __ATOMIC_RELEASE);
+    }
+    return real(thread, name);
+}
+
 int pthread_join(pthread_t thread, void **ret)
 {
     static int held;
     int (*real)(pthread_t, void **) =
         (int (*)(pthread_t, void **))dlsym(RTLD_NEXT, "pthread_join");
-    char name[16] = "";
-    int worker = pthread_getname_np(thread, name, sizeof(name)) == 0 &&
-                 strcmp(name, "hwt-hold") == 0;
+    int worker = __atomic_load_n(&named, __ATOMIC_ACQUIRE) && pthread_equal(thread, hold);
     int r = real(thread, ret);
     const char *sig = getenv("HWT_JOIN_SIGNAL"), *rel = getenv("HWT_JOIN_RELEASE");
     if (worker && !held++ && sig && rel) {
