@@ -166,9 +166,12 @@ _settling: set[Any] = set()
 
 def _others_ready(ready: Any) -> bool:
     """Whether the loop's ready queue holds more than the steps of tasks
-    that are settling themselves (and handles cancelled since)."""
+    that are settling themselves (and handles cancelled since).  A
+    callback's ``__self__`` is told from those tasks by identity: it may be
+    any object (a list whose ``append`` a callback is), hashable or not."""
+    settling = {id(task) for task in _settling}
     return any(
-        not h._cancelled and getattr(h._callback, "__self__", _UNSAID) not in _settling
+        not h._cancelled and id(getattr(h._callback, "__self__", _UNSAID)) not in settling
         for h in list(ready)
     )
 

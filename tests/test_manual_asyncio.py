@@ -527,6 +527,30 @@ def test_advance_async_waits_for_a_task_woken_through_a_futures_callbacks(
     run(main)
 
 
+def test_advance_async_with_a_callback_of_an_unhashable_object_ready(
+    manual_timer: ManualTimer, run: Any
+) -> None:
+    """A handle in the loop's ready queue whose callback is a method of an
+    unhashable object (a list's append) is work like any other: the clock
+    moves once it has run, and advance_async() raises nothing."""
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        got: list[int] = []
+
+        async def pump() -> None:
+            for i in range(5):
+                loop.call_soon(got.append, i)
+                await asyncio.sleep(0)
+
+        task = asyncio.ensure_future(pump())
+        assert await manual_timer.advance_async(1) == 0
+        assert task.done() and got == [0, 1, 2, 3, 4]
+        assert manual_timer.time() == 1.0
+
+    run(main)
+
+
 def test_advance_async_bad_input_changes_nothing(manual_timer: ManualTimer, run: Any) -> None:
     async def main() -> None:
         ran: list[int] = []
