@@ -18,7 +18,8 @@ clock (marked ``looptime``, or all with ``--looptime``, and one marked
 ``looptime(True)`` even under ``--no-looptime``, and none with looptime's
 plugin turned off: looptime's own decision, asked of looptime); the ini
 option
-``hwtimer_follow_loop_time = true`` turns it on for every test.
+``hwtimer_follow_loop_time = true`` turns it on for every test, its
+fixtures' setup and teardown included.
 """
 
 from __future__ import annotations
@@ -79,9 +80,34 @@ def _under_looptime(item: pytest.Item) -> bool:
     return _looptime_rules(item)
 
 
+def _follow_every_test(item: pytest.Item) -> bool:
+    """Whether the ini option turns the switch on for every test: for its
+    fixtures' setup and teardown too, not only its body."""
+    return bool(item.config.getini("hwtimer_follow_loop_time"))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
+    if not _follow_every_test(item):
+        yield
+        return
+    with follow_loop_time():
+        yield
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
-    if not (item.config.getini("hwtimer_follow_loop_time") or _under_looptime(item)):
+    # looptime moves its fake clock in the test's body only
+    if not (_follow_every_test(item) or _under_looptime(item)):
+        yield
+        return
+    with follow_loop_time():
+        yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Iterator[None]:
+    if not _follow_every_test(item):
         yield
         return
     with follow_loop_time():

@@ -165,3 +165,50 @@ def test_follow_loop_time_fixture_and_ini_switch(pytester: pytest.Pytester) -> N
     run(pytester, code.replace("EXPECTED", '"not timed out"')).assert_outcomes(passed=2)
     ini = INI + "hwtimer_follow_loop_time = true\n"
     run(pytester, code.replace("EXPECTED", '"timed out"'), ini).assert_outcomes(passed=2)
+
+
+def test_the_ini_switch_holds_in_fixtures_too(pytester: pytest.Pytester) -> None:
+    # every test: its fixtures' setup and teardown as well as its body
+    code = """
+        import asyncio
+        import pytest
+        import hwtimer
+
+        class JumpLoop(asyncio.SelectorEventLoop):
+            offset = 0.0
+            def time(self):
+                return super().time() + self.offset
+
+        async def scoped(loop):
+            try:
+                async with hwtimer.timeout(100):
+                    loop.offset += 200
+                    await asyncio.sleep(0.05)
+            except TimeoutError:
+                return "timed out"
+            return "not timed out"
+
+        def run_jump():
+            loop = JumpLoop()
+            try:
+                return loop.run_until_complete(scoped(loop))
+            finally:
+                loop.close()
+
+        seen = []
+
+        @pytest.fixture
+        def jumps():
+            seen.append(("setup", run_jump()))
+            yield
+            seen.append(("teardown", run_jump()))
+
+        def test_with_fixture(jumps):
+            seen.append(("call", run_jump()))
+
+        def test_all_followed():
+            assert seen == [("setup", "timed out"), ("call", "timed out"),
+                            ("teardown", "timed out")]
+        """
+    ini = INI + "hwtimer_follow_loop_time = true\n"
+    run(pytester, code, ini).assert_outcomes(passed=2)
