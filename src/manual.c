@@ -332,7 +332,7 @@ static PyMethodDef manual_methods[] = {
     {"advance_to_next", (PyCFunction)manual_advance_to_next, METH_NOARGS,
      "advance_to_next($self, /)\n--\n\nMoves the clock to the end of the next tick where a "
      "timeout falls due and runs what is due there; returns the new time, or None when "
-     "nothing pending will ever fall due."},
+     "nothing on the wheel will ever fall due."},
     {"_target", (PyCFunction)manual_target, METH_O,
      "_target($self, seconds, /)\n--\n\nThe clock in ns that advance(seconds) would reach, "
      "the carry below a ns it would leave, and the seconds as a float."},
