@@ -514,10 +514,15 @@ static PyObject *stop_and_wait(TimerObject *self, DispatchObject *d)
         Py_END_ALLOW_THREADS
         self->stop_left = left;
     }
-    /* else stopped, or being stopped by another call: wait as it does */
+    /* else stopped, or being stopped by another call: wait as it does; or
+       in a fork child, where the call that stopped it did not come along:
+       this one returns its list, and claims it as that call did */
+    bool claim = first || (d->pid != getpid() && self->stop_waiter != getpid());
+    if (claim)
+        self->stop_waiter = getpid();
     int r = hwtimer_dispatch_wait_done(d);
     if (r < 0) { /* interrupted: the next call returns them */
-        if (first) {
+        if (claim) {
             self->stop_waiter = 0;
             keep_left(self);
             stopping_add(self);
@@ -554,7 +559,7 @@ static PyObject *stop_and_wait(TimerObject *self, DispatchObject *d)
     /* Marked until here: what ran above (the tasks, and the finalizers of
        what they and the timeouts let go of) may call stop() too, which
        must leave what was pending to this call. */
-    if (first)
+    if (claim)
         self->stop_waiter = 0;
     else if (self->stop_waiter == getpid())
         return PyList_New(0); /* the call that stopped it returns them */

@@ -998,6 +998,60 @@ def test_forked_child_stop_returns_periodic_timeouts_held_by_dispatch() -> None:
     assert_runs_clean(code)
 
 
+def test_forked_child_stop_from_a_finalizer_it_runs_leaves_it_the_pending() -> None:
+    """In a child forked while another thread's stop() waited for the
+    dispatch thread, the child's stop() lets go of a due timeout that waited
+    in the sink, whose task's __del__ calls stop() too: that nested call
+    returns [], and the child's call returns what was pending."""
+    code = (
+        FORK_PRELUDE
+        + """
+    parent = os.getpid()
+    timer = hwtimer.HashedWheelTimer(0.001)
+    release = threading.Event()
+    running = threading.Event()
+    nested = []
+
+    class Task:
+        def __call__(self, timeout):
+            pass
+
+        def __del__(self):
+            if os.getpid() != parent:
+                nested.append(timer.stop())
+
+    timer.new_timeout(lambda t: (running.set(), release.wait(30)), 0)
+    assert running.wait(10)
+    # due while the dispatch thread is held: it waits in the sink
+    due = timer.new_timeout(Task(), 0.01)
+    while not due.is_expired():
+        time.sleep(0.01)
+    del due
+    far = timer.new_timeout(print, 1000)
+    stopped = []
+    stopper = threading.Thread(target=lambda: stopped.append(timer.stop()))
+    stopper.start()
+    # its stop() has swept the wheel and waits for the dispatch thread
+    while not far.is_cancelled():
+        time.sleep(0.01)
+    pid = os.fork()
+    if pid == 0:
+        with reported():
+            left = timer.stop()
+            check([id(t) for t in left] == [id(far)], f"stop() returned {left!r}")
+            check(nested == [[]], f"the nested stop() returned {nested!r}")
+        sys.stderr.flush()
+        os._exit(child_status())
+    release.set()
+    stopper.join()
+    assert wait_child(pid) == 0
+    assert [id(t) for t in stopped[0]] == [id(far)]
+    print("ok", flush=True)
+"""
+    )
+    assert_runs_clean(code)
+
+
 # The first pthread_join() of the thread that named itself "hwt-hold" (a
 # timer's worker), once it has returned, writes a byte to the descriptor in
 # HWT_JOIN_SIGNAL and waits for one on the descriptor in HWT_JOIN_RELEASE:
