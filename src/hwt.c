@@ -1804,10 +1804,18 @@ static void finish_sinks(hwt_timer *t)
 
 hwt_timeout *hwt_timer_stop(hwt_timer *t)
 {
+    hwt_timeout *out;
+    hwt_timer_stop_to(t, &out);
+    return out;
+}
+
+void hwt_timer_stop_to(hwt_timer *t, hwt_timeout **out)
+{
     if ((t->state == T_STOPPED && !t->unswept) || (t->state == T_NEW && !t->unstarted)) {
         t->state = T_STOPPED;
+        *out = NULL;
         finish_sinks(t); /* their consumers, if any, are done waiting */
-        return NULL;
+        return;
     }
     /* else unstarted, or unswept in a child of fork(): no worker, but maybe timeouts */
     bool worker = t->state == T_STARTED;
@@ -1841,10 +1849,12 @@ hwt_timeout *hwt_timer_stop(hwt_timer *t)
     pthread_mutex_lock(&t->cancel_lock);
     count(&t->cancelled, returned);
     pthread_mutex_unlock(&t->cancel_lock);
+    /* stored with the lock held, which a fork() takes first: a child made
+       once the sweep is done finds the list where the caller keeps it */
+    *out = hwt_timeout_of(out_head.link.next);
     publish_batches(t);
     finish_sinks(t);
     pthread_mutex_unlock(&t->lock);
-    return hwt_timeout_of(out_head.link.next);
 }
 
 int64_t hwt_timer_advance(hwt_timer *t, int64_t now)

@@ -396,6 +396,11 @@ int hwt_timer_visit_held(hwt_timer *t, hwt_held_fn fn, void *ctx);
    call was under way, the child's first call returns what that one had
    not yet swept.  Must not be called from the worker. */
 hwt_timeout *hwt_timer_stop(hwt_timer *t);
+/* hwt_timer_stop(), storing its list in *out before it lets go of the
+   timer's lock, which fork() takes first: in a child of a fork() made by
+   another thread while this call ran, *out holds what it swept, or the
+   child's hwt_timer_stop() returns it (it had not swept yet). */
+void hwt_timer_stop_to(hwt_timer *t, hwt_timeout **out);
 
 /* Manual mode: processes every tick whose end is at or before `now`.
    Returns the clock value at which the next tick with work ends, or

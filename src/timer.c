@@ -508,11 +508,13 @@ static PyObject *stop_and_wait(TimerObject *self, DispatchObject *d)
            was pending (the periodic runs handed out included) to this
            call, rather than take a part of it. */
         self->stop_waiter = getpid();
-        hwt_timeout *left;
+        /* stored by the core under its lock, not once this thread has the
+           GIL back: a fork() by the thread that holds it meanwhile gives a
+           child whose stop() finds them there.  No other call reads it
+           here before this one has returned. */
         Py_BEGIN_ALLOW_THREADS
-        left = hwt_timer_stop(self->core);
+        hwt_timer_stop_to(self->core, &self->stop_left);
         Py_END_ALLOW_THREADS
-        self->stop_left = left;
     }
     /* else stopped, or being stopped by another call: wait as it does; or
        in a fork child, where the call that stopped it did not come along:

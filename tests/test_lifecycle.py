@@ -1156,6 +1156,43 @@ def test_forked_child_stop_returns_what_a_stop_waiting_for_the_worker_held(tmp_p
     assert proc.stderr == ""
 
 
+def test_forked_child_stop_returns_what_a_stop_waiting_for_the_gil_swept() -> None:
+    """A fork() made while another thread's stop() has swept the timer and
+    waits for the GIL (which the forking thread holds) to keep what it
+    swept: the child's stop() returns the pending timeouts all the same."""
+    code = (
+        FORK_PRELUDE
+        + """
+    timer = hwtimer.HashedWheelTimer(0.001)
+    far = [timer.new_timeout(lambda t: None, 1000) for _ in range(3)]
+    stopped = []
+    stopper = threading.Thread(target=lambda: stopped.append(timer.stop()))
+    # this thread keeps the GIL while it runs Python code: the stopper,
+    # once it lets go of it in stop(), waits for it to come back
+    sys.setswitchinterval(1000)
+    stopper.start()
+    end = time.monotonic() + 60
+    while not all(t.is_cancelled() for t in far) and time.monotonic() < end:
+        pass
+    pid = os.fork()
+    if pid == 0:
+        sys.setswitchinterval(0.005)
+        with reported():
+            left = timer.stop()
+            check(sorted(map(id, left)) == sorted(map(id, far)), f"stop() returned {left!r}")
+            check(timer.pending_timeouts() == 0, "still pending after stop()")
+        sys.stderr.flush()
+        os._exit(child_status())
+    sys.setswitchinterval(0.005)
+    stopper.join()
+    assert wait_child(pid) == 0
+    assert sorted(map(id, stopped[0])) == sorted(map(id, far))
+    print("ok", flush=True)
+"""
+    )
+    assert_runs_clean(code)
+
+
 def test_parents_default_timer_dropped_in_child_does_not_warn() -> None:
     """default_timer() is made anew in a child of fork(): the parent's,
     which the library itself lets go of there, is not an unstopped timer
