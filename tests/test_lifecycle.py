@@ -1304,6 +1304,11 @@ def test_forked_child_logs_too_many_timers_for_its_own_alone(parents: int) -> No
         t.start()
     logged = len(records)
     assert logged == (parents_n > 64), records
+    # the 2 x parents_n threads just made settle first: under ASan (gcc
+    # 12's), a fork() as a new thread still sets itself up in the
+    # sanitizer's runtime, which takes no lock for fork(), can leave the
+    # child stuck in os.fork()
+    time.sleep(0.5)
     pid = os.fork()
     if pid == 0:
         with reported():
