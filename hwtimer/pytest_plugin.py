@@ -86,32 +86,29 @@ def _follow_every_test(item: pytest.Item) -> bool:
     return bool(item.config.getini("hwtimer_follow_loop_time"))
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
-    if not _follow_every_test(item):
+def _switched(on: bool) -> Iterator[None]:
+    """A hook wrapper's body: the switch on around the phase, if `on`."""
+    if not on:
         yield
         return
     with follow_loop_time():
         yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
+    yield from _switched(_follow_every_test(item))
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
     # looptime moves its fake clock in the test's body only
-    if not (_follow_every_test(item) or _under_looptime(item)):
-        yield
-        return
-    with follow_loop_time():
-        yield
+    yield from _switched(_follow_every_test(item) or _under_looptime(item))
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_teardown(item: pytest.Item) -> Iterator[None]:
-    if not _follow_every_test(item):
-        yield
-        return
-    with follow_loop_time():
-        yield
+    yield from _switched(_follow_every_test(item))
 
 
 def _describe(errors: list[BaseException]) -> str:

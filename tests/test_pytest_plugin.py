@@ -129,8 +129,9 @@ def test_manual_timer_is_stopped_after_the_test(pytester: pytest.Pytester) -> No
     result.assert_outcomes(passed=2)
 
 
-def test_follow_loop_time_fixture_and_ini_switch(pytester: pytest.Pytester) -> None:
-    code = """
+#: A loop whose clock jumps 200 s forward inside a 100 s scope:
+#: run_jump() says whether the scope followed the loop's time.
+JUMP_PRELUDE = """
         import asyncio
         import pytest
         import hwtimer
@@ -155,6 +156,13 @@ def test_follow_loop_time_fixture_and_ini_switch(pytester: pytest.Pytester) -> N
                 return loop.run_until_complete(scoped(loop))
             finally:
                 loop.close()
+"""
+
+
+def test_follow_loop_time_fixture_and_ini_switch(pytester: pytest.Pytester) -> None:
+    code = (
+        JUMP_PRELUDE
+        + """
 
         def test_fixture(follow_loop_time):
             assert run_jump() == "timed out"
@@ -162,6 +170,7 @@ def test_follow_loop_time_fixture_and_ini_switch(pytester: pytest.Pytester) -> N
         def test_plain():
             assert run_jump() == EXPECTED
         """
+    )
     run(pytester, code.replace("EXPECTED", '"not timed out"')).assert_outcomes(passed=2)
     ini = INI + "hwtimer_follow_loop_time = true\n"
     run(pytester, code.replace("EXPECTED", '"timed out"'), ini).assert_outcomes(passed=2)
@@ -169,31 +178,9 @@ def test_follow_loop_time_fixture_and_ini_switch(pytester: pytest.Pytester) -> N
 
 def test_the_ini_switch_holds_in_fixtures_too(pytester: pytest.Pytester) -> None:
     # every test: its fixtures' setup and teardown as well as its body
-    code = """
-        import asyncio
-        import pytest
-        import hwtimer
-
-        class JumpLoop(asyncio.SelectorEventLoop):
-            offset = 0.0
-            def time(self):
-                return super().time() + self.offset
-
-        async def scoped(loop):
-            try:
-                async with hwtimer.timeout(100):
-                    loop.offset += 200
-                    await asyncio.sleep(0.05)
-            except TimeoutError:
-                return "timed out"
-            return "not timed out"
-
-        def run_jump():
-            loop = JumpLoop()
-            try:
-                return loop.run_until_complete(scoped(loop))
-            finally:
-                loop.close()
+    code = (
+        JUMP_PRELUDE
+        + """
 
         seen = []
 
@@ -210,5 +197,6 @@ def test_the_ini_switch_holds_in_fixtures_too(pytester: pytest.Pytester) -> None
             assert seen == [("setup", "timed out"), ("call", "timed out"),
                             ("teardown", "timed out")]
         """
+    )
     ini = INI + "hwtimer_follow_loop_time = true\n"
     run(pytester, code, ini).assert_outcomes(passed=2)
