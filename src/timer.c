@@ -535,17 +535,12 @@ static PyObject *stop_and_wait(TimerObject *self, DispatchObject *d)
     if (d->pid != getpid()) { /* a fork child: no dispatch thread came along to run these */
         /* a stop() that was waiting for the worker in the parent when it
            forked had not yet swept the core, and its thread stayed there:
-           the core's stop() here returns what the timer held (else NULL) */
-        hwt_timeout *unswept = first ? NULL : hwt_timer_stop(self->core);
-        if (unswept && self->stop_left) {
-            hwt_timeout *last = self->stop_left;
-            while (last->link.next)
-                last = hwt_timeout_of(last->link.next);
-            last->link.next = &unswept->link;
-        }
-        else if (unswept) {
-            self->stop_left = unswept;
-        }
+           the core's stop() here returns what the timer held.  One that
+           had swept it left its list in stop_left: the core stores it in
+           the locked section that sweeps, which fork() cannot split, so
+           never both. */
+        if (!first && !self->stop_left)
+            self->stop_left = hwt_timer_stop(self->core);
         /* the periodic ones still pending: what the parent's dispatch
            thread held, and what waited for it */
         hwtimer_stop_unrun(self, d->held[0], false);
