@@ -542,6 +542,17 @@ typedef struct {
    given.  Returns 0, or -1 with a TypeError naming sig->fname. */
 int hwtimer_bind(const hwtimer_signature *sig, PyObject *const *args, Py_ssize_t nargs,
                  PyObject *kwnames, PyObject **out);
+/* hwtimer_bind() for a method of one required parameter, which the
+   common call gives by position: that call is bound without the parser. */
+static inline int hwtimer_bind_one(const hwtimer_signature *sig, PyObject *const *args,
+                                   Py_ssize_t nargs, PyObject *kwnames, PyObject **out)
+{
+    if (nargs == 1 && !kwnames) {
+        *out = args[0];
+        return 0;
+    }
+    return hwtimer_bind(sig, args, nargs, kwnames, out);
+}
 /* The same for a call through a tuple and a dict (tp_new, tp_init). */
 int hwtimer_bind_tuple(const hwtimer_signature *sig, PyObject *args, PyObject *kwds,
                        PyObject **out);

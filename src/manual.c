@@ -178,8 +178,15 @@ static PyObject *manual_time(TimerObject *self, PyObject *unused)
     return PyFloat_FromDouble(hwtimer_seconds(atomic_load(&self->manual_now)));
 }
 
-static PyObject *manual_advance(TimerObject *self, PyObject *arg)
+static PyObject *manual_advance(TimerObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                PyObject *kwnames)
 {
+    static const char *const names[] = {"seconds"};
+    static const hwtimer_signature sig = {
+        .fname = "advance", .names = names, .nparams = 1, .nrequired = 1};
+    PyObject *arg;
+    if (hwtimer_bind_one(&sig, args, nargs, kwnames, &arg) < 0)
+        return NULL;
     if (hwtimer_current_task_timer == self) {
         PyErr_SetString(PyExc_RuntimeError,
                         "advance() cannot be called from a task of the timer it would move");
@@ -326,8 +333,8 @@ static PyObject *manual_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
 static PyMethodDef manual_methods[] = {
     {"time", (PyCFunction)manual_time, METH_NOARGS,
      "time($self, /)\n--\n\nThe timer's clock, in seconds; 0.0 when it is made."},
-    {"advance", (PyCFunction)manual_advance, METH_O,
-     "advance($self, seconds, /)\n--\n\nMoves the clock forward tick by tick, running each "
+    {"advance", (PyCFunction)(void (*)(void))manual_advance, METH_FASTCALL | METH_KEYWORDS,
+     "advance($self, /, seconds)\n--\n\nMoves the clock forward tick by tick, running each "
      "due task in this thread; returns how many tasks ran or were handed to their loop."},
     {"advance_to_next", (PyCFunction)manual_advance_to_next, METH_NOARGS,
      "advance_to_next($self, /)\n--\n\nMoves the clock to the end of the next tick where a "

@@ -498,9 +498,7 @@ static PyObject *scope_reschedule(ScopeObject *self, PyObject *const *args, Py_s
     static const hwtimer_signature sig = {
         .fname = "reschedule", .names = names, .nparams = 1, .nrequired = 1};
     PyObject *when;
-    if (nargs == 1 && !kwnames)
-        when = args[0];
-    else if (hwtimer_bind(&sig, args, nargs, kwnames, &when) < 0)
+    if (hwtimer_bind_one(&sig, args, nargs, kwnames, &when) < 0)
         return NULL;
     if (self->phase != ENTERED) {
         if (self->phase == CREATED)

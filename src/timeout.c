@@ -176,10 +176,16 @@ static bool is_periodic(TimeoutObject *to)
            (Py_TYPE(to) == st->loop_timeout_type && ((LoopTimeoutObject *)to)->period != 0);
 }
 
-static PyObject *timeout_reset(TimeoutObject *self, PyObject *delay)
+static PyObject *timeout_reset(TimeoutObject *self, PyObject *const *args, Py_ssize_t nargs,
+                               PyObject *kwnames)
 {
+    static const char *const names[] = {"delay"};
+    static const hwtimer_signature sig = {
+        .fname = "reset", .names = names, .nparams = 1, .nrequired = 1};
+    PyObject *delay;
     int64_t ns;
-    if (hwtimer_parse_delay(TIMER_OF(self)->module_state, delay, "delay", &ns) < 0)
+    if (hwtimer_bind_one(&sig, args, nargs, kwnames, &delay) < 0 ||
+        hwtimer_parse_delay(TIMER_OF(self)->module_state, delay, "delay", &ns) < 0)
         return NULL;
     /* a timer started before fork() has no worker in this child: nothing
        of it runs here, so nothing is re-armed (and new_timeout() there,
@@ -308,8 +314,8 @@ void hwtimer_timeout_dealloc(TimeoutObject *self)
 
 static PyMethodDef timeout_methods[] = {
     {"cancel", (PyCFunction)hwtimer_timeout_cancel, METH_NOARGS, HWTIMER_CANCEL_DOC},
-    {"reset", (PyCFunction)timeout_reset, METH_O,
-     "reset($self, delay, /)\n--\n\nMoves a pending timeout's deadline to delay seconds from "
+    {"reset", (PyCFunction)(void (*)(void))timeout_reset, METH_FASTCALL | METH_KEYWORDS,
+     "reset($self, /, delay)\n--\n\nMoves a pending timeout's deadline to delay seconds from "
      "now.  True if it was pending and is re-armed (its task runs at most once, never at the old "
      "deadline); False if it had expired or been cancelled."},
     {"is_cancelled", (PyCFunction)timeout_is_cancelled, METH_NOARGS,

@@ -1200,9 +1200,9 @@ REFUSED_CALLS = [
         TypeError,
     ),
     (
-        "reset-by-keyword",
+        "reset-unknown-keyword",
         1,
-        lambda timer, arg: timer.pending_snapshot()[0].reset(delay=arg),
+        lambda timer, arg: timer.pending_snapshot()[0].reset(when=arg),
         TypeError,
     ),
     (

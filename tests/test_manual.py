@@ -588,6 +588,20 @@ def test_advance_rejects_bad_input(manual: ManualTimer, seconds: object, error: 
     assert manual.pending_timeouts() == 1
 
 
+def test_advance_takes_its_seconds_by_name_as_api_md_writes_it(manual: ManualTimer) -> None:
+    """advance(seconds) names its parameter: advance(seconds=...) is the
+    same call, and a wrong name or a second value is a TypeError that
+    moves nothing."""
+    task = Recorder(manual)
+    manual.new_timeout(task, 0.0015)
+    assert manual.advance(seconds=0.002) == 1
+    assert manual.time() == 0.002
+    for args, kwargs in [((), {"delay": 1}), ((1,), {"seconds": 1}), ((), {})]:
+        with pytest.raises(TypeError, match="advance"):
+            manual.advance(*args, **kwargs)  # type: ignore[call-arg, misc]
+    assert manual.time() == 0.002
+
+
 @pytest.mark.parametrize("parts", [3, 7, 3000])
 def test_advances_add_up_as_their_seconds_do(manual: ManualTimer, parts: int) -> None:
     """advance(1 / n) n times moves the clock by 1 s, as the seconds add up

@@ -156,6 +156,20 @@ def test_reset_accepts_what_new_timeout_accepts(timer) -> None:
     assert wait_for(t.is_expired)
 
 
+def test_reset_takes_its_delay_by_name_as_api_md_writes_it(timer) -> None:
+    """reset(delay) names its parameter: reset(delay=...) is the same call,
+    and a wrong name or a second delay is a TypeError that changes nothing."""
+    t = timer.new_timeout(lambda to: None, 10)
+    assert t.reset(delay=20)
+    assert t.deadline > time.monotonic() + 15
+    d = t.deadline
+    for args, kwargs in [((), {"seconds": 5}), ((5,), {"delay": 5}), ((), {})]:
+        with pytest.raises(TypeError, match="reset"):
+            t.reset(*args, **kwargs)
+    assert t.deadline == d
+    assert not t.is_cancelled() and not t.is_expired()
+
+
 def test_reset_after_stop_is_false(make_timer) -> None:
     timer = make_timer()
     t = timer.new_timeout(lambda to: None, 10)
