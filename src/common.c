@@ -136,7 +136,8 @@ int hwtimer_huge_seconds(PyObject *obj, double *out)
         return 0;
     }
     /* a number past any double that is no int (a Fraction): its sign, by
-       comparing it with 0; what cannot say it keeps the OverflowError */
+       comparing it with 0; what cannot say it keeps the OverflowError,
+       unless the comparison raised a BaseException (Ctrl-C), which stands */
     if (PyFloat_Check(obj) || PyLong_Check(obj) || !HWT_HAS_FLOAT(obj))
         return -1;
     PyObject *type, *value, *tb;
@@ -145,6 +146,12 @@ int hwtimer_huge_seconds(PyObject *obj, double *out)
     int negative = positive == 0 ? PyObject_RichCompareBool(obj, Py_False, Py_LT) : positive;
     if (positive < 0 || negative <= 0) {
         /* an error, or neither above nor below 0: no huge number */
+        if (PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_Exception)) {
+            Py_XDECREF(type);
+            Py_XDECREF(value);
+            Py_XDECREF(tb);
+            return -1;
+        }
         PyErr_Clear();
         PyErr_Restore(type, value, tb);
         return -1;

@@ -500,6 +500,36 @@ def test_delay_conversion_errors_propagate(busy_timer, exc, index) -> None:
     assert_nothing_scheduled_and_still_working(timer, pending, scheduled)
 
 
+class TooBigToCompare(RaisesFloat):
+    """Past any float (its __float__ raises OverflowError), and its
+    comparison with 0, which gives such a number its sign, raises."""
+
+    def __init__(self, exc: BaseException) -> None:
+        super().__init__(OverflowError("too big"))
+        self.compare_exc = exc
+
+    def __gt__(self, other: object) -> bool:
+        raise self.compare_exc
+
+    __lt__ = __gt__
+
+
+@pytest.mark.parametrize(
+    "exc, raised",
+    [(ZeroDivisionError("cmp-boom"), OverflowError), (KeyboardInterrupt(), KeyboardInterrupt)],
+    ids=["ZeroDivisionError", "KeyboardInterrupt"],
+)
+def test_a_number_too_big_to_compare_keeps_ctrl_c(busy_timer, exc, raised) -> None:
+    """A number too big for a float whose sign cannot be read is refused
+    with the OverflowError that says so; but a KeyboardInterrupt raised
+    while its sign is read is the user's Ctrl-C, and stands."""
+    timer = busy_timer
+    pending, scheduled = timer.pending_timeouts(), timer.stats()["scheduled"]
+    with pytest.raises(raised):
+        timer.new_timeout(noop, TooBigToCompare(fresh(exc)))
+    assert_nothing_scheduled_and_still_working(timer, pending, scheduled)
+
+
 class FloatReprRaises(HasFloat):
     def __repr__(self) -> str:
         raise ZeroDivisionError("repr-boom")
