@@ -599,11 +599,15 @@ static int parse_tick(hwtimer_state *st, PyObject *tick_o, double default_tick, 
                       bool *clamped)
 {
     double tick = default_tick;
-    /* an int too large for a double: far too long, or negative */
-    if (tick_o && hwtimer_parse_seconds(st, tick_o, "tick_duration", &tick) < 0 &&
-        hwtimer_huge_seconds(tick_o, &tick) < 0)
-        return -1;
-    if (!(tick > 0) || (isinf(tick) && !PyIndex_Check(tick_o)))
+    /* a number too large for a double (an int, a Fraction): far too long
+       (finite, so not refused here), or negative */
+    bool huge = false;
+    if (tick_o && hwtimer_parse_seconds(st, tick_o, "tick_duration", &tick) < 0) {
+        if (hwtimer_huge_seconds(tick_o, &tick) < 0)
+            return -1;
+        huge = true;
+    }
+    if (!(tick > 0) || (isinf(tick) && !huge))
         return hwtimer_value_error("tick_duration must be > 0 and finite", tick_o);
     *clamped = tick < 0.001;
     if (*clamped)

@@ -7,6 +7,7 @@ import asyncio
 import concurrent.futures
 import copy
 import datetime
+import fractions
 import gc
 import logging
 import os
@@ -208,6 +209,17 @@ def test_tick_times_wheel_overflowing_64_bit_ns_is_value_error() -> None:
         HashedWheelTimer(1e9, 16)  # 1.6e19 ns: does not
     with pytest.raises(ValueError):
         HashedWheelTimer(3e7, 512)
+
+
+@pytest.mark.parametrize("tick", [10**400, fractions.Fraction(10**400)], ids=["int", "Fraction"])
+def test_a_finite_tick_past_any_float_is_too_long_not_infinite(tick: object) -> None:
+    """A tick too large for a float is finite all the same: whatever kind
+    of number it is, the error says it does not fit, not that it is not
+    finite (which is what inf is told)."""
+    with pytest.raises(ValueError, match="does not fit in 64-bit nanoseconds"):
+        HashedWheelTimer(tick)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="must be > 0 and finite"):
+        HashedWheelTimer(float("inf"))
 
 
 def test_max_pending_timeouts_non_positive_means_no_limit(make_timer) -> None:
