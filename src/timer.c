@@ -1463,9 +1463,14 @@ static PyObject *timer_repr(TimerObject *self)
     char *tick = PyOS_double_to_string(self->tick_duration, 'r', 0, 0, NULL);
     if (!tick)
         return NULL;
+    /* its class's name, as a Python object's repr() has it: a subclass's
+       own (ManualTimer's too); a type of this module's tp_name begins with
+       the module's */
+    const char *cls = hwtimer_type_name(Py_TYPE(self));
+    const char *dot = strrchr(cls, '.');
     PyObject *r = PyUnicode_FromFormat(
         "<%s %R %s, tick_duration=%s, ticks_per_wheel=%u, pending=%lld>",
-        self->manual ? "ManualTimer" : "HashedWheelTimer", self->name, lifecycle, tick,
+        dot ? dot + 1 : cls, self->name, lifecycle, tick,
         hwt_timer_config(self->core)->ticks_per_wheel, (long long)hwt_timer_pending(self->core));
     PyMem_Free(tick);
     return r;

@@ -1621,6 +1621,27 @@ def test_timer_repr(make_timer) -> None:
     assert "stopped" in repr(timer)
 
 
+def test_timer_repr_names_a_subclass() -> None:
+    """A subclass's timer, and a ManualTimer subclass's, show their own
+    class's name, as repr() of Python objects does."""
+    from hwtimer.testing import ManualTimer
+
+    class Service(HashedWheelTimer):
+        pass
+
+    class Probe(ManualTimer):
+        pass
+
+    with Service(0.01, thread_name="svc") as service:
+        assert repr(service).startswith("<Service 'svc' not started,")
+    with Probe() as probe:
+        assert repr(probe).startswith("<Probe '")
+    with ManualTimer() as manual:
+        assert repr(manual).startswith("<ManualTimer '")
+    with HashedWheelTimer(0.01) as plain:
+        assert repr(plain).startswith("<HashedWheelTimer '")
+
+
 class NamedTask:
     def __call__(self, timeout: Timeout) -> None:
         pass
