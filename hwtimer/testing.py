@@ -38,6 +38,20 @@ _DEFAULT_TICKS = 4096
 _DEFAULT_MAX_PENDING = 0
 
 
+class _TaskErrors:
+    """The ``task_errors`` of a ManualTimer whose subclass's ``__init__``
+    did not call ManualTimer's (its timer gets the default settings): a
+    list made on first use.  A descriptor with no ``__set__``: the list in
+    the instance's ``__dict__`` is read once there.  Not a ``__getattr__``,
+    which would also take the ``AttributeError`` raised inside a subclass's
+    property for that property missing."""
+
+    def __get__(self, timer: ManualTimer | None, owner: type | None = None) -> Any:
+        if timer is None:
+            return self
+        return timer.__dict__.setdefault("task_errors", [])
+
+
 class ManualTimer(_ManualTimer):
     """``ManualTimer(tick_duration=0.001, ticks_per_wheel=4096, *,
     max_pending_timeouts=0)``: a ``HashedWheelTimer`` with no threads, whose
@@ -55,15 +69,8 @@ class ManualTimer(_ManualTimer):
 
     task_errors: list[BaseException]
 
-    if not TYPE_CHECKING:  # a checker would take any attribute for one then
-
-        def __getattr__(self, name: str) -> Any:
-            # reached only for what is not there: task_errors, when a
-            # subclass's __init__ did not call this one's (its timer gets
-            # the default settings, and its list on first use)
-            if name == "task_errors":
-                return self.__dict__.setdefault("task_errors", [])
-            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+    if not TYPE_CHECKING:  # the annotation above is what a checker sees
+        task_errors = _TaskErrors()
 
     def __init__(
         self,

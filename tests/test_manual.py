@@ -113,6 +113,21 @@ def test_clamping_warning_points_at_the_caller() -> None:
     assert [w.filename for w in warned] == [__file__]
 
 
+def test_a_subclass_property_that_fails_says_what_is_missing() -> None:
+    """An AttributeError raised inside a subclass's property comes out as
+    raised, as on any Python object: not as the property missing."""
+
+    class Labelled(ManualTimer):
+        @property
+        def label(self) -> str:
+            return self._label  # type: ignore[attr-defined, no-any-return]
+
+    with Labelled() as timer:
+        with pytest.raises(AttributeError, match="'_label'"):
+            timer.label  # noqa: B018
+        assert timer.task_errors == []
+
+
 def test_no_threads_and_tasks_run_in_the_calling_thread(manual: ManualTimer) -> None:
     before = sorted(native_thread_names())
     python_threads = threading.active_count()
