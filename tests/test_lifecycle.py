@@ -1057,7 +1057,9 @@ def test_forked_child_stop_from_a_finalizer_it_runs_leaves_it_the_pending() -> N
 # HWT_JOIN_SIGNAL and waits for one on the descriptor in HWT_JOIN_RELEASE:
 # it holds a stop() between its wait for the worker and its sweep.  The
 # thread is known by the name it set, not by asking for its name at the
-# join: a thread that has already ended has none to ask for.
+# join: a thread that has already ended has none to ask for; and only once
+# the join has returned, since a worker that the join found not yet
+# started has yet to set it.
 JOIN_HOLD_SHIM = r"""
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -1085,8 +1087,10 @@ int pthread_join(pthread_t thread, void **ret)
     static int held;
     int (*real)(pthread_t, void **) =
         (int (*)(pthread_t, void **))dlsym(RTLD_NEXT, "pthread_join");
-    int worker = __atomic_load_n(&named, __ATOMIC_ACQUIRE) && pthread_equal(thread, hold);
     int r = real(thread, ret);
+    /* read once the thread has ended, when it has named itself for sure:
+       a worker that had not yet run when the join began had not */
+    int worker = __atomic_load_n(&named, __ATOMIC_ACQUIRE) && pthread_equal(thread, hold);
     const char *sig = getenv("HWT_JOIN_SIGNAL"), *rel = getenv("HWT_JOIN_RELEASE");
     if (worker && !held++ && sig && rel) {
         char c = 1;
