@@ -32,10 +32,24 @@ _Seconds = Union[float, SupportsFloat, SupportsIndex, timedelta]
 _Timer = TypeVar("_Timer", bound=HashedWheelTimer)
 
 
-#: ManualTimer's defaults, which its __new__ applies too.
-_DEFAULT_TICK = 0.001
-_DEFAULT_TICKS = 4096
-_DEFAULT_MAX_PENDING = 0
+class _DefaultInt(int):
+    """An int default that __init__ knows by identity: a caller's own 0,
+    which is the very object of the literal 0, is not it."""
+
+    __slots__ = ()
+
+
+class _DefaultFloat(float):
+    """A float default that __init__ knows by identity, as _DefaultInt."""
+
+    __slots__ = ()
+
+
+#: ManualTimer's defaults, which its __new__ applies too; they read and
+#: compare as the plain numbers do.
+_DEFAULT_TICK = _DefaultFloat(0.001)
+_DEFAULT_TICKS = _DefaultInt(4096)
+_DEFAULT_MAX_PENDING = _DefaultInt(0)
 
 
 class _TaskErrors:

@@ -128,6 +128,27 @@ def test_a_subclass_property_that_fails_says_what_is_missing() -> None:
         assert timer.task_errors == []
 
 
+def test_a_subclass_passing_the_defaults_on_gets_them() -> None:
+    """A subclass whose __new__ sets its own settings and whose __init__
+    hands ManualTimer's __init__ the values it was given: a value equal to
+    ManualTimer's default, given, is applied like any other."""
+
+    class Capped(ManualTimer):
+        def __new__(cls, limit: int = 3, tick: float = 0.002) -> Capped:
+            return super().__new__(cls, tick, 8, max_pending_timeouts=3)
+
+        def __init__(self, limit: int = 3, tick: float = 0.002) -> None:
+            super().__init__(tick, 4096, max_pending_timeouts=limit)
+
+    with Capped(0, 0.001) as timer:
+        assert timer.max_pending_timeouts == 0
+        assert timer.tick_duration == 0.001
+        assert timer.ticks_per_wheel == 4096
+    with Capped() as timer:
+        assert timer.max_pending_timeouts == 3
+        assert timer.tick_duration == 0.002
+
+
 def test_no_threads_and_tasks_run_in_the_calling_thread(manual: ManualTimer) -> None:
     before = sorted(native_thread_names())
     python_threads = threading.active_count()
