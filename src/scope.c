@@ -511,6 +511,22 @@ static PyObject *scope_reschedule(ScopeObject *self, PyObject *const *args, Py_s
     double w = 0;
     if (when != Py_None && check_deadline(when, "when", &w) < 0)
         return NULL;
+    if (when != Py_None) {
+        /* A deadline is set from the thread of the scope's running loop,
+           as asyncio's reschedule() requires: one already due goes to the
+           loop's call_soon() (or, on its clock, call_at()), which another
+           thread's call would not wake. */
+        PyObject *running = hwtimer_running_loop(scope_state(self), "no running event loop");
+        if (!running)
+            return NULL;
+        Py_DECREF(running); /* only compared */
+        if (running != self->loop) {
+            PyErr_SetString(PyExc_RuntimeError,
+                            "reschedule() must be called in the thread of the TimeoutScope's "
+                            "running event loop");
+            return NULL;
+        }
+    }
     PyObject *kept = deadline_kept(when, w);
     if (!kept)
         return NULL;

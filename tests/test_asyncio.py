@@ -1178,6 +1178,45 @@ def test_reschedule_many_times(run: Any) -> None:
     run(main)
 
 
+def test_reschedule_from_another_thread_is_refused(run: Any, timeout: Any) -> None:
+    """A deadline is set from the thread of the scope's running loop, as
+    asyncio.timeout()'s reschedule() requires ("no running event loop"
+    elsewhere): one due already goes to the loop's call_soon(), which
+    another thread's call does not wake, so the block would run on long
+    past it.  Refused, the scope keeps its deadline and expires then
+    (asyncio's drops its deadline before it refuses)."""
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        errors: list[BaseException] = []
+
+        def other_thread(cm: Any, when: float) -> None:
+            try:
+                cm.reschedule(when)
+            except BaseException as exc:
+                errors.append(exc)
+
+        start = time.monotonic()
+        try:
+            async with timeout(0.3) as cm:
+                when = cm.when()
+                for new in (loop.time() - 1, loop.time() + 0.05):
+                    thread = threading.Thread(target=other_thread, args=(cm, new))
+                    thread.start()
+                    await loop.run_in_executor(None, thread.join)
+                assert [type(exc) for exc in errors] == [RuntimeError, RuntimeError], errors
+                if timeout is not hwtimer.timeout:
+                    return
+                assert cm.when() == when
+                await asyncio.sleep(SOON)
+        except TimeoutError:
+            assert time.monotonic() - start >= 0.3
+        else:
+            pytest.fail("the scope did not expire")
+
+    run(main)
+
+
 def test_reschedule_outside_the_block(run: Any, timeout: Any) -> None:
     async def main() -> None:
         loop = asyncio.get_running_loop()
