@@ -1039,6 +1039,53 @@ def test_an_ended_periodic_lets_go_of_its_task(timer) -> None:
     assert collect_until(ref)
 
 
+class _InlineExecutor:
+    """An executor of the user's own: submit() runs the call at once."""
+
+    def submit(self, fn, *args):
+        fn(*args)
+
+
+@pytest.mark.parametrize("executor", [None, "pool", "inline"])
+@pytest.mark.parametrize("end", ["cancel", "stop", "raise"])
+def test_an_ended_periodic_lets_go_of_its_task_on_any_executor(
+    make_timer, monkeypatch, end: str, executor: str | None
+) -> None:
+    """However a periodic timeout ends, on the dispatch thread or on an
+    executor, the timer holds its task no more."""
+    import weakref
+
+    # the log record of the error would keep the task's frame
+    monkeypatch.setattr(logging.getLogger("hwtimer"), "disabled", True)
+
+    runs = []
+
+    class Task:
+        def __call__(self, to: hwtimer.Timeout) -> None:
+            runs.append(to.deadline)
+            if end == "raise":
+                raise ValueError("periodic task failed")
+
+    with ThreadPoolExecutor(2) as pool:
+        ex = {None: None, "pool": pool, "inline": _InlineExecutor()}[executor]
+        timer = make_timer(0.005, executor=ex)
+        task = Task()
+        ref = weakref.ref(task)
+        p = timer.new_periodic(task, 0.005)
+        del task
+        assert wait_for(lambda: len(runs) >= (1 if end == "raise" else 2))
+        if end == "cancel":
+            assert p.cancel()
+        elif end == "stop":
+            assert timer.stop() == [p]
+        else:
+            assert wait_for(p.is_expired)
+            assert wait_for(lambda: timer.stats()["task_errors"] == 1)
+        del p
+        assert collect_until(ref)
+        timer.stop()
+
+
 def test_stop_returns_a_waiting_call_every(make_timer) -> None:
     timer = make_timer()
 
