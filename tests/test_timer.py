@@ -1152,6 +1152,37 @@ def test_rejected_when_full_of_due_timeouts(make_timer) -> None:
         timer.new_timeout(noop, -1)
 
 
+@pytest.mark.parametrize("kind", ["new_timeout", "new_periodic", "call_later", "call_every"])
+def test_a_rejected_schedule_changes_nothing_but_the_rejected_count(make_timer, kind) -> None:
+    """Every way of scheduling is refused by a full timer the same way: the
+    message names the limit, nothing runs, and only stats()["rejected"]
+    moves."""
+    timer = make_timer(0.005, max_pending_timeouts=2)
+    ran = []
+    schedule = {
+        "new_timeout": lambda: timer.new_timeout(ran.append, 0),
+        "new_periodic": lambda: timer.new_periodic(ran.append, 0.005, delay=0),
+        "call_later": lambda: timer.call_later(0, ran.append, kind),
+        "call_every": lambda: timer.call_every(0.005, ran.append, kind, delay=0),
+    }[kind]
+
+    async def main() -> None:
+        kept = [timer.new_periodic(noop, 60), timer.new_timeout(noop, 60)]
+        before = timer.stats()
+        with pytest.raises(RejectedExecutionError, match=r"max_pending_timeouts \(2\)"):
+            schedule()
+        await asyncio.sleep(0.1)
+        after = timer.stats()
+        assert ran == []
+        assert timer.pending_timeouts() == 2
+        assert after["rejected"] == before["rejected"] + 1
+        for key in ("pending", "scheduled", "expired", "cancelled", "task_errors"):
+            assert after[key] == before[key], key
+        assert set(map(id, timer.stop())) == set(map(id, kept))
+
+    asyncio.run(main())
+
+
 # ---- stop() ----
 
 
