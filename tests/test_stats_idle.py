@@ -375,6 +375,51 @@ def test_task_time_max_sees_a_slow_task(make_timer):
     assert wait_for(lambda: timer.stats()["task_time_max"] >= 0.05)
 
 
+def test_lateness_and_task_time_of_an_executor_are_taken_where_it_runs_the_task(make_timer):
+    """With an executor, a task starts when the executor gets to it: the
+    lateness runs from the deadline to that start, not to the submit(),
+    and the task's time is its run on the executor."""
+    started = []
+    done = threading.Event()
+
+    class Slow:
+        # starts each task 0.2 s after it was submitted, on a thread of its own
+        def submit(self, fn, *args):
+            threading.Timer(0.2, fn, args).start()
+
+    def task(t):
+        started.append(time.monotonic() - t.deadline)
+        time.sleep(0.05)
+        done.set()
+
+    timer = make_timer(0.01, 64, executor=Slow())
+    timer.new_timeout(task, 0.02)
+    assert done.wait(10)
+    assert wait_for(lambda: timer.stats()["task_time_max"] >= 0.05)
+    s = timer.stats()
+    assert s["late_samples"] == 1
+    assert 0.2 <= s["late_max"] <= started[0] + 1e-6  # read just before the task began
+
+
+def test_lateness_of_a_call_later_runs_to_the_callbacks_start_in_its_loop(make_timer):
+    timer = make_timer(0.01, 64)
+    started = []
+
+    async def main() -> None:
+        handle = timer.call_later(0.02, lambda: started.append(time.monotonic()))
+        time.sleep(0.3)  # the loop is busy when the callback is handed to it
+        for _ in range(1000):
+            if started:
+                break
+            await asyncio.sleep(0.01)
+        started[0] -= handle.deadline
+
+    asyncio.run(main())
+    s = timer.stats()
+    assert s["late_samples"] == 1
+    assert 0.2 <= s["late_max"] <= started[0] + 1e-6  # read just before the task began
+
+
 SMALL_STACK_STATS = """
 import threading
 from hwtimer.testing import ManualTimer
