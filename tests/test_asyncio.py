@@ -148,6 +148,41 @@ def test_call_later_runs_on_loop_thread_not_before_deadline(run: Any) -> None:
     run(main)
 
 
+def test_a_timer_with_an_executor_runs_loop_callbacks_in_the_loop(run: Any) -> None:
+    """call_later() and call_every() callbacks, and scope expiries, go to
+    their loop's thread on a timer with an executor too: the executor is
+    for new_timeout() and new_periodic() tasks only."""
+    submitted: list[Any] = []
+
+    class Recording:
+        def submit(self, fn: Any, *args: Any) -> None:
+            submitted.append(args)
+            fn(*args)
+
+    async def main() -> None:
+        timer = hwtimer.HashedWheelTimer(0.005, executor=Recording())
+        try:
+            seen: list[tuple[str, int]] = []
+            timer.call_later(0.01, lambda: seen.append(("later", threading.get_ident())))
+            every = timer.call_every(
+                0.01, lambda: seen.append(("every", threading.get_ident())), delay=0.01
+            )
+            with pytest.raises(TimeoutError):
+                async with hwtimer.timeout(0.02, timer=timer):
+                    await asyncio.sleep(SOON)
+            await _wait_until(lambda: [k for k, _ in seen].count("every") >= 2)
+            every.cancel()
+            assert "later" in [k for k, _ in seen]
+            assert {ident for _, ident in seen} == {threading.get_ident()}
+            assert submitted == []
+            ran = timer.new_timeout(lambda to: None, 0)
+            await _wait_until(lambda: submitted == [(ran,)])
+        finally:
+            timer.stop()
+
+    run(main)
+
+
 def test_call_later_accepts_timedelta(run: Any) -> None:
     async def main() -> None:
         loop = asyncio.get_running_loop()
