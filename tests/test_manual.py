@@ -576,6 +576,39 @@ def test_a_done_timeout_lets_go_of_its_task(manual: ManualTimer) -> None:
     assert [r() for r in refs] == [None, None]
 
 
+@pytest.mark.parametrize("end", ["cancel", "stop", "raise"])
+def test_an_ended_periodic_lets_go_of_its_task(
+    manual: ManualTimer, monkeypatch: pytest.MonkeyPatch, end: str
+) -> None:
+    """As on the real timer, however a periodic timeout ends; the error of
+    one that raised is kept in task_errors (its traceback holds the task)
+    until the test clears it."""
+    monkeypatch.setattr(logging.getLogger("hwtimer"), "disabled", True)
+
+    class Task:
+        def __call__(self, timeout: Timeout) -> None:
+            if end == "raise":
+                raise ValueError("periodic task failed")
+
+    task = Task()
+    ref = weakref.ref(task)
+    periodic = manual.new_periodic(task, 0.01)
+    del task
+    assert manual.advance(0.03) == (1 if end == "raise" else 3)
+    if end == "cancel":
+        assert periodic.cancel()
+        manual.advance(0.001)  # the next tick processes the cancel
+    elif end == "stop":
+        assert manual.stop() == [periodic]
+    else:
+        assert periodic.is_expired()
+        assert len(manual.task_errors) == 1
+        manual.task_errors.clear()
+    del periodic
+    gc.collect()
+    assert ref() is None
+
+
 def test_advance_reaches_every_deadline_within_the_64_bit_clock(manual: ManualTimer) -> None:
     """The clock goes as far as 64-bit ns allow: advance() reaches a
     timeout due past 9.2e9 s, as advance_to_next() does, and from there
