@@ -511,6 +511,61 @@ def test_stop_returns_a_periodic_submitted_and_not_begun(make_timer) -> None:
     assert timer.pending_timeouts() == 0
 
 
+class _HeldExecutor:
+    """Keeps what is submitted until the test runs it."""
+
+    def __init__(self) -> None:
+        self.queue: list[tuple[object, tuple[object, ...]]] = []
+        self.lock = threading.Lock()
+
+    def submit(self, fn, *args):
+        with self.lock:
+            self.queue.append((fn, args))
+
+    def run_all(self) -> None:
+        with self.lock:
+            queue, self.queue = self.queue, []
+        for fn, args in queue:
+            fn(*args)
+
+
+def test_cancel_and_reset_of_timeouts_waiting_in_the_executor(make_timer) -> None:
+    """A one-shot submitted to the executor has expired: cancel() and
+    reset() return False and it runs once. A periodic one whose run waits
+    there is still pending: cancel() returns True and that run does not
+    happen; reset() returns True and moves that run to the new deadline."""
+    executor = _HeldExecutor()
+    timer = make_timer(0.005, executor=executor)
+    ran: list[tuple[str, float]] = []
+
+    def task(name: str):
+        return lambda to: ran.append((name, time.monotonic()))
+
+    one = timer.new_timeout(task("one"), 0)
+    cancelled = timer.new_periodic(task("cancelled"), 0.01, delay=0)
+    moved = timer.new_periodic(task("moved"), 0.01, delay=0)
+    assert wait_for(lambda: len(executor.queue) == 3)
+    assert timer.pending_timeouts() == 2  # the periodic ones
+    assert one.is_expired()
+    assert one.cancel() is False and one.reset(0.1) is False
+    assert cancelled.cancel() is True
+    assert moved.reset(0.3) is True
+    new_deadline = moved.deadline
+    assert timer.pending_timeouts() == 1
+    executor.run_all()
+    assert [name for name, _ in ran] == ["one"]
+    assert wait_for(lambda: executor.queue)  # the moved run, at its new deadline
+    executor.run_all()
+    assert [name for name, _ in ran] == ["one", "moved"]
+    assert ran[1][1] >= new_deadline - EPS
+    assert moved.cancel() is True
+    s = timer.stats()
+    assert (s["pending"], s["scheduled"], s["expired"], s["cancelled"]) == (0, 3, 1, 2)
+    time.sleep(0.05)
+    executor.run_all()
+    assert len(ran) == 2
+
+
 def test_stop_returns_periodics_whose_runs_end_together_on_the_executor(make_timer) -> None:
     """Two executor runs that end while stop() waits for the dispatch thread
     are both kept for it, also when the first one's list is made by an
