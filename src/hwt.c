@@ -85,7 +85,8 @@ enum { CANCEL_WAKE_NONE = 0, CANCEL_WAKE_AT_BATCH = 1, CANCEL_WAKE_AT_FIRST = 2 
 
 /* A worker that has just gone idle sleeps this long before it blocks for
    good: sparse traffic (a timeout scheduled and cancelled at a time) then
-   costs it a wake-up a second rather than two per timeout. */
+   costs it two wake-ups a second (the first cancel of a second, and that
+   second's end: CANCEL_WAKE_SLEEP_NS) rather than two per timeout. */
 #define LINGER_NS INT64_C(1000000000)
 
 /* timeout->flags: bits 0-5 (HWT_PERIODIC, bit 1, in hwt.h); the wheel keeps
