@@ -98,17 +98,19 @@ FIGURES: tuple[Figure, ...] = (
     Figure("scheduled", "timeouts.scheduled", COUNTER, False, "{timeout}",
            "Timeouts accepted by new_timeout() and call_later()."),
     # stats()["expired"] counts a call_later() callback from its handover to
-    # its loop, and no longer if a cancel or reset takes it back before it
-    # runs: a counter must never go down, so the take-backs are added back
+    # its loop, and no longer if a cancel or reset (or the loop's close or
+    # collection) takes it back before it runs: a counter must never go
+    # down, so the take-backs are added back
     Figure("expired", "timeouts.expired", COUNTER, False, "{timeout}",
            "Timeouts that fired, tasks that raised included; a call_later() callback"
-           " at each handover to its loop, also if a cancel or reset then took it back"
-           " unrun (timeouts.taken_back counts those).", plus="taken_back"),
+           " at each handover to its loop, also if a cancel, a reset or the loop's close"
+           " then took it back unrun (timeouts.taken_back counts those).", plus="taken_back"),
     Figure("taken_back", "timeouts.taken_back", COUNTER, False, "{timeout}",
-           "call_later() callbacks handed to their loop that a cancel or reset took back"
-           " before they ran."),
+           "call_later() callbacks handed to their loop that a cancel, a reset or the"
+           " loop's close (or collection) took back before they ran."),
     Figure("cancelled", "timeouts.cancelled", COUNTER, False, "{timeout}",
-           "Timeouts cancelled, each counted when its cancel() returns (or by stop())."),
+           "Timeouts cancelled, each counted when its cancel() returns (or by stop(), or"
+           " by the close or collection of a call_later() callback's loop)."),
     Figure("rejected", "timeouts.rejected", COUNTER, False, "{timeout}",
            "Timeouts refused because max_pending_timeouts was reached."),
     Figure("task_errors", "task.errors", COUNTER, False, "{task}",

@@ -345,6 +345,34 @@ def test_expired_total_never_goes_down(registry):
     assert take_back_a_handover(read) == TAKEN_BACK
 
 
+def test_a_loops_close_counts_as_a_take_back(registry):
+    """Callbacks handed to a loop that is closed before it runs them are
+    cancelled by the close: taken_back_total and cancelled_total count
+    them, as their help says, and expired_total - taken_back_total is
+    stats()["expired"] again."""
+    loop = asyncio.new_event_loop()
+    timer = ManualTimer()
+    try:
+        metrics.register_prometheus(timer, registry=registry)
+        for _ in range(2):
+            timer.call_later(1, print, "never", loop=loop)
+        timer.advance(1)  # handed to the loop, not run
+        loop.close()
+        label = {"timer": timer.thread_name}
+        exported = {
+            key: registry.get_sample_value(f"hwtimer_timeouts_{key}_total", label)
+            for key in ("expired", "taken_back", "cancelled")
+        }
+        assert exported == {"expired": 2, "taken_back": 2, "cancelled": 2}
+        assert timer.stats()["expired"] == 0
+        families = by_name(prometheus_client.generate_latest(registry).decode())
+        for name in ("hwtimer_timeouts_taken_back", "hwtimer_timeouts_cancelled"):
+            assert "close" in families[name].documentation
+    finally:
+        timer.stop()
+        loop.close()
+
+
 def test_a_timer_gone_drops_out(registry):
     kept = hwtimer.HashedWheelTimer(0.01, 64, thread_name="kept")
     gone = hwtimer.HashedWheelTimer(0.01, 64, thread_name="gone")
