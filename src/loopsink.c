@@ -93,6 +93,9 @@ typedef struct LoopPoster {
        thread is the parent's, and never lets go of `held` there */
     unsigned forks;
     bool done; /* the thread has ended (or never will start) */
+    /* the thread's name as ps -T and /proc show it, set by the thread
+       itself ("" if the name could not be encoded: it keeps its own) */
+    char native_name[16];
 } LoopPoster;
 
 static const char poster_name[] = "hwtimer._loop_poster";
@@ -481,6 +484,8 @@ static PyObject *sink_post(PyObject *capsule, PyObject *unused)
     LoopPoster *p = PyCapsule_GetPointer(capsule, poster_name);
     if (!p)
         return NULL;
+    if (p->native_name[0])
+        hwt_thread_set_name(p->native_name);
     int fd = p->wakefd.read_fd, err = 0;
     PyObject *type = NULL, *value = NULL, *tb = NULL; /* an error of its own */
     for (;;) {
@@ -559,9 +564,9 @@ static void poster_free(PyObject *capsule)
     PyMem_Free(p);
 }
 
-/* Returns a new poster's capsule for `self`, which does not own the wake
-   fd yet, or NULL. */
-static PyObject *poster_new(LoopSinkObject *self)
+/* Returns a new poster's capsule for `self`, whose thread is to be named
+   `name`, which does not own the wake fd yet, or NULL. */
+static PyObject *poster_new(LoopSinkObject *self, PyObject *name)
 {
     LoopPoster *p = PyMem_Calloc(1, sizeof(LoopPoster));
     if (!p) {
@@ -569,6 +574,13 @@ static PyObject *poster_new(LoopSinkObject *self)
         return NULL;
     }
     p->wakefd.read_fd = p->wakefd.write_fd = -1;
+    /* best effort, as the dispatch thread's: a name that cannot be
+       encoded leaves the thread with the name it has */
+    const char *utf8 = PyUnicode_AsUTF8AndSize(name, NULL);
+    if (utf8)
+        hwtimer_native_name(utf8, p->native_name);
+    else
+        PyErr_Clear();
     p->done = true; /* until the thread is started */
     PyObject *capsule = PyCapsule_New(p, poster_name, poster_free);
     if (!capsule) {
@@ -590,7 +602,7 @@ static int start_poster(LoopSinkObject *self)
        (and close the sink; _post() then ends at once). */
     TimerObject *timer = self->sink.owner;
     PyObject *name = PyUnicode_FromFormat("%U-post", timer->name);
-    PyObject *capsule = name ? poster_new(self) : NULL;
+    PyObject *capsule = name ? poster_new(self, name) : NULL;
     PyObject *target = capsule ? PyCFunction_New(&post_def, capsule) : NULL;
     PyObject *kwargs =
         target ? Py_BuildValue("{s:O,s:O,s:O}", "target", target, "name", name, "daemon", Py_True)

@@ -25,6 +25,8 @@ from conftest import (
     DEADLINE,
     collect_until,
     give_deadline_holding_loop,
+    native_name,
+    native_thread_names,
     run_python,
     wait_for,
     wake_fds,
@@ -105,6 +107,22 @@ def test_batches_apart_are_posted_apart(make_timer: Any, loop: NoReaderLoop) -> 
     loop.run_until_complete(main())
     assert ran == [0, 1, 2]
     assert loop.posts == 3
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="reads /proc/self/task")
+def test_posting_thread_has_its_native_name(make_timer: Any, loop: NoReaderLoop) -> None:
+    # ps -T and /proc show the timer's worker and dispatch thread by name;
+    # the posting thread too, rather than as one more "python".
+    timer = make_timer(0.01, 64, thread_name="pn")
+    ran: list[int] = []
+
+    async def main() -> None:
+        timer.call_later(0.01, ran.append, 1)
+        await _until(lambda: bool(ran))
+
+    loop.run_until_complete(main())
+    assert len(_posters(timer)) == 1
+    assert wait_for(lambda: native_name("pn-post") in native_thread_names())
 
 
 def test_posting_thread_ends_when_the_timer_stops(make_timer: Any, loop: NoReaderLoop) -> None:
