@@ -139,10 +139,11 @@ static PyObject *stop_all(PyObject *module, PyObject *unused)
         hwtimer_timer_unlist_stopping(timer); /* a signal here ends its wait */
         Py_DECREF(timer);
     }
-    /* Those whose stop() a signal interrupted: the task their dispatch
-       thread runs finishes before the interpreter goes, as one of a timer
-       stopped above does.  Taken out first, so that another signal ends
-       this wait too. */
+    /* Those whose stop() a signal interrupted, or another thread's stop()
+       waits for: the task their dispatch thread runs, and what had expired
+       before the stop, finish before the interpreter goes, as for a timer
+       stopped above.  Taken out first, so that another signal ends this
+       wait too. */
     while ((timer = first_alive(st->stopping_timers))) {
         Py_INCREF(timer);
         hwtimer_timer_unlist_stopping(timer);

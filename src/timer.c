@@ -82,8 +82,10 @@ static void running_remove(TimerObject *self)
     st->nrunning--;
 }
 
-/* A timer no longer running, whose stop() a signal interrupted while its
-   dispatch thread still ran a task: the atexit hook waits for it there. */
+/* A timer no longer running whose dispatch thread may still run a task:
+   one whose stop() waits for it (in another thread, a daemon one say, at
+   exit), or whose stop() a signal interrupted.  The atexit hook waits for
+   it there. */
 static void stopping_add(TimerObject *self)
 {
     if (self->stopping)
@@ -503,6 +505,7 @@ static PyObject *stop_and_wait(TimerObject *self, DispatchObject *d)
     bool first = hwt_timer_started(self->core) && self->running;
     if (first) {
         running_remove(self);
+        stopping_add(self);
         /* Marked before the GIL is let go: another call whose wait ends
            before this one has its GIL back returns [], and leaves what
            was pending (the periodic runs handed out included) to this

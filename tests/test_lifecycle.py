@@ -632,6 +632,34 @@ def test_exit_after_an_interrupted_stop_lets_the_running_task_finish() -> None:
     assert proc.stderr == ""
 
 
+def test_exit_waits_for_a_stop_that_a_daemon_thread_is_in() -> None:
+    """A stop() going on in a daemon thread at exit (a shutdown thread's)
+    has taken the timer off the running list: interpreter exit still waits
+    for the task running then, and for the expired one after it, as it
+    does for a timer it stops itself, rather than end them half way."""
+    code = """
+        import threading, time, hwtimer
+        timer = hwtimer.HashedWheelTimer(0.01)
+        running = threading.Event()
+        def slow(timeout):
+            running.set()
+            time.sleep(0.5)
+            print("finished", flush=True)
+        timer.new_timeout(slow, 0)
+        timer.new_timeout(lambda t: print("expired ran", flush=True), 0.02)
+        assert running.wait(10)
+        while timer.pending_timeouts():  # the second one has expired
+            time.sleep(0.01)
+        threading.Thread(target=timer.stop, daemon=True).start()
+        time.sleep(0.1)
+        print("exiting", flush=True)
+    """
+    proc = run_python(code, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "exiting\nfinished\nexpired ran\n"
+    assert proc.stderr == ""
+
+
 def test_ctrl_c_at_exit_ends_the_wait_for_a_manual_timer_another_thread_advances() -> None:
     """At exit, the hook's stop() of a ManualTimer waits for the advance()
     that a daemon thread is in, here in a task that never returns: Ctrl-C
