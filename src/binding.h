@@ -363,6 +363,7 @@ typedef struct DispatchObject {
        thread exist after all (Thread.start() interrupted in its wait) */
     bool abandoned;
     PyObject *name;          /* owned str */
+    char native_name[16];    /* the thread's, as ps -T shows it ("": its own) */
     /* owned weak reference to its threading.Thread, or NULL: a thread
        that ends before it runs run() (a profile or trace hook that
        raised) or that calls stop() before it (from such a hook) must not
@@ -518,6 +519,13 @@ PyObject *hwtimer_import_attr(const char *module, const char *name);
 /* Copies `name` cut to the 15 bytes Linux keeps of a thread's name, never
    in the middle of a UTF-8 sequence. */
 void hwtimer_native_name(const char *name, char out[16]);
+/* The native name of a timer's helper thread, "<timer>-<role>" cut as
+   hwtimer_native_name() cuts it; unless the timer's name leaves no room
+   for the role (15 bytes or more, as "hwtimer-default"), where the thread
+   would show as the worker does: then the timer's first 13 bytes, '-'
+   and the role's initial ("hwtimer-defau-d").  Returns -1 with the error
+   of reading `timer_name` (a str), else 0. */
+int hwtimer_native_helper_name(PyObject *timer_name, const char *role, char out[16]);
 /* Reads a non-bool int argument into *out, saturated to LLONG_MIN or
    LLONG_MAX.  Returns 0 or -1 with TypeError. */
 int hwtimer_parse_int(PyObject *obj, const char *what, long long *out);

@@ -441,16 +441,42 @@ bool hwtimer_threads_exiting(hwtimer_state *st)
 
 /* Copies `name` cut to the 15 bytes Linux keeps of a thread's name, never
    in the middle of a UTF-8 sequence. */
-void hwtimer_native_name(const char *name, char out[16])
+/* The length of `name` cut to at most `max` bytes, at a character's start. */
+static size_t cut_utf8(const char *name, size_t max)
 {
     size_t n = strlen(name);
-    if (n > 15) {
-        n = 15;
+    if (n > max) {
+        n = max;
         while (n && ((unsigned char)name[n] & 0xC0) == 0x80)
             n--;
     }
+    return n;
+}
+
+void hwtimer_native_name(const char *name, char out[16])
+{
+    size_t n = cut_utf8(name, 15);
     memcpy(out, name, n);
     out[n] = '\0';
+}
+
+int hwtimer_native_helper_name(PyObject *timer_name, const char *role, char out[16])
+{
+    const char *name = PyUnicode_AsUTF8AndSize(timer_name, NULL);
+    if (!name)
+        return -1;
+    if (strlen(name) < 15) {
+        char full[16];
+        snprintf(full, sizeof full, "%s-%s", name, role); /* cut at 15 bytes */
+        hwtimer_native_name(full, out);
+        return 0;
+    }
+    size_t n = cut_utf8(name, 13);
+    memcpy(out, name, n);
+    out[n] = '-';
+    out[n + 1] = role[0];
+    out[n + 2] = '\0';
+    return 0;
 }
 
 /* Reads a non-bool int argument into *out, saturated to LLONG_MIN or

@@ -13,20 +13,6 @@
 /* The dispatcher whose thread this is, if it is a dispatch thread. */
 _Thread_local DispatchObject *hwtimer_this_thread_dispatch;
 
-/* Best effort: a name that cannot be encoded leaves the thread as it is,
-   since ps and gdb showing a default name is no reason to fail a start. */
-static void set_native_name(PyObject *name)
-{
-    const char *s = PyUnicode_AsUTF8AndSize(name, NULL);
-    if (!s) {
-        PyErr_Clear();
-        return;
-    }
-    char buf[16];
-    hwtimer_native_name(s, buf);
-    hwt_thread_set_name(buf);
-}
-
 /* Lets whoever waits in hwtimer_dispatch_wait_done() go.  In a child of
    fork() (a task forked, and the child goes on as this thread's copy)
    nobody waits there, and the lock may have been held by a thread of the
@@ -50,7 +36,8 @@ static PyObject *dispatch_run(DispatchObject *self, PyObject *unused)
         Py_RETURN_NONE;
     self->thread_id = PyThread_get_thread_ident();
     hwtimer_this_thread_dispatch = self;
-    set_native_name(self->name);
+    if (self->native_name[0])
+        hwt_thread_set_name(self->native_name);
     hwt_sink *default_sink = hwt_timer_default_sink(self->core);
     for (;;) {
         bool finished;
@@ -224,6 +211,12 @@ DispatchObject *hwtimer_dispatch_new(TimerObject *timer)
     d->thread_ref = NULL;
     d->starter = 0;
     d->name = PyUnicode_FromFormat("%U-dispatch", timer->name);
+    /* Best effort: a name that cannot be encoded leaves the thread as it
+       is, since ps and gdb showing a default name is no reason to fail a
+       start. */
+    d->native_name[0] = '\0';
+    if (d->name && hwtimer_native_helper_name(timer->name, "dispatch", d->native_name) < 0)
+        PyErr_Clear();
     int err = pthread_mutex_init(&d->lock, NULL);
     /* on the monotonic clock: stop() waits in slices to handle signals */
     if (!err && (err = hwt_cond_init(&d->done_cond)) != 0)

@@ -564,9 +564,9 @@ static void poster_free(PyObject *capsule)
     PyMem_Free(p);
 }
 
-/* Returns a new poster's capsule for `self`, whose thread is to be named
-   `name`, which does not own the wake fd yet, or NULL. */
-static PyObject *poster_new(LoopSinkObject *self, PyObject *name)
+/* Returns a new poster's capsule for `self`, whose thread is to take the
+   native name `native_name`, which does not own the wake fd yet, or NULL. */
+static PyObject *poster_new(LoopSinkObject *self, const char native_name[16])
 {
     LoopPoster *p = PyMem_Calloc(1, sizeof(LoopPoster));
     if (!p) {
@@ -574,13 +574,7 @@ static PyObject *poster_new(LoopSinkObject *self, PyObject *name)
         return NULL;
     }
     p->wakefd.read_fd = p->wakefd.write_fd = -1;
-    /* best effort, as the dispatch thread's: a name that cannot be
-       encoded leaves the thread with the name it has */
-    const char *utf8 = PyUnicode_AsUTF8AndSize(name, NULL);
-    if (utf8)
-        hwtimer_native_name(utf8, p->native_name);
-    else
-        PyErr_Clear();
+    memcpy(p->native_name, native_name, sizeof p->native_name);
     p->done = true; /* until the thread is started */
     PyObject *capsule = PyCapsule_New(p, poster_name, poster_free);
     if (!capsule) {
@@ -602,7 +596,12 @@ static int start_poster(LoopSinkObject *self)
        (and close the sink; _post() then ends at once). */
     TimerObject *timer = self->sink.owner;
     PyObject *name = PyUnicode_FromFormat("%U-post", timer->name);
-    PyObject *capsule = name ? poster_new(self, name) : NULL;
+    /* best effort, as the dispatch thread's: a name that cannot be
+       encoded leaves the thread with the name it has */
+    char native_name[16] = "";
+    if (name && hwtimer_native_helper_name(timer->name, "post", native_name) < 0)
+        PyErr_Clear();
+    PyObject *capsule = name ? poster_new(self, native_name) : NULL;
     PyObject *target = capsule ? PyCFunction_New(&post_def, capsule) : NULL;
     PyObject *kwargs =
         target ? Py_BuildValue("{s:O,s:O,s:O}", "target", target, "name", name, "daemon", Py_True)

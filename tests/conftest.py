@@ -109,10 +109,24 @@ def native_thread_names() -> list[str]:
     return names
 
 
+def _cut(name: str, size: int) -> str:
+    """`name` cut to at most `size` bytes of UTF-8, whole characters."""
+    return name.encode("utf-8")[:size].decode("utf-8", "ignore")
+
+
 def native_name(name: str) -> str:
     """What Linux keeps of a thread name: at most 15 bytes, whole characters."""
-    raw = name.encode("utf-8")[:15]
-    return raw.decode("utf-8", "ignore")
+    return _cut(name, 15)
+
+
+def native_helper_name(timer_name: str, role: str) -> str:
+    """The native name of a timer's "dispatch" or "post" thread: the name
+    "<timer>-<role>" as Linux keeps it; or, where the timer's name leaves no
+    room for the role (15 bytes or more), its first 13 bytes, "-" and the
+    role's initial, so that the thread does not show as the worker does."""
+    if len(timer_name.encode("utf-8")) < 15:
+        return native_name(f"{timer_name}-{role}")
+    return _cut(timer_name, 13) + "-" + role[0]
 
 
 def collect_until(ref: Callable[[], object], timeout: float = DEADLINE) -> bool:
@@ -224,7 +238,9 @@ def interrupt(proc: subprocess.Popen[str]) -> tuple[str, str]:
 def _threads_of(names: set[str]) -> list[str]:
     """The worker, dispatch and posting threads of the timers named `names`."""
     helpers = {n + suffix for n in names for suffix in ("-dispatch", "-post")}
-    natives = {native_name(n) for n in names} | {native_name(n) for n in helpers}
+    natives = {native_name(n) for n in names} | {
+        native_helper_name(n, role) for n in names for role in ("dispatch", "post")
+    }
     found = [n for n in native_thread_names() if n in natives]
     found += [t.name for t in threading.enumerate() if t.name in helpers]
     return found

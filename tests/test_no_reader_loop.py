@@ -125,6 +125,22 @@ def test_posting_thread_has_its_native_name(make_timer: Any, loop: NoReaderLoop)
     assert wait_for(lambda: native_name("pn-post") in native_thread_names())
 
 
+def test_posting_thread_of_a_long_named_timer_is_not_its_worker(
+    make_timer: Any, loop: NoReaderLoop
+) -> None:
+    # a timer's name of 15 bytes (as the shared timer's) leaves no room
+    # for "-post": the posting thread keeps 13 of them and the role's initial
+    timer = make_timer(0.01, 64, thread_name="request-timeout")
+    ran: list[int] = []
+
+    async def main() -> None:
+        timer.call_later(0.01, ran.append, 1)
+        await _until(lambda: bool(ran))
+
+    loop.run_until_complete(main())
+    assert wait_for(lambda: "request-timeo-p" in native_thread_names())
+
+
 def test_posting_thread_ends_when_the_timer_stops(make_timer: Any, loop: NoReaderLoop) -> None:
     # A batch that fell due before stop() still runs on the loop; then the
     # posting thread is gone.

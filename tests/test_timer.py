@@ -265,6 +265,31 @@ def test_worker_thread_native_name(make_timer, name) -> None:
     assert wait_for(lambda: native_name(name) not in native_thread_names())
 
 
+@pytest.mark.parametrize(
+    "name, dispatch",
+    [
+        ("tw", "tw-dispatch"),
+        ("hwt-test-worker", "hwt-test-work-d"),
+        ("request-timeout", "request-timeo-d"),
+        ("\u00e9" * 7, "\u00e9" * 7 + "-"),
+        ("\u00e9" * 8, "\u00e9" * 6 + "-d"),
+        ("my-timer-1", "my-timer-1-disp"),
+    ],
+)
+def test_dispatch_thread_native_name_is_not_the_workers(make_timer, name, dispatch) -> None:
+    """ps -T and top -H tell a timer's dispatch thread from its worker,
+    also where the timer's name fills the 15 bytes Linux keeps of a name,
+    as the shared timer's does."""
+    timer = make_timer(thread_name=name)
+    ran = threading.Event()
+    timer.new_timeout(lambda t: ran.set(), 0)
+    assert ran.wait(DEADLINE)
+    names = native_thread_names()
+    assert native_name(name) in names
+    assert dispatch in names
+    assert native_name(name) != dispatch
+
+
 def test_default_native_thread_name(make_timer) -> None:
     timer = make_timer()
     timer.start()
