@@ -439,8 +439,6 @@ bool hwtimer_threads_exiting(hwtimer_state *st)
     return on > 0;
 }
 
-/* Copies `name` cut to the 15 bytes Linux keeps of a thread's name, never
-   in the middle of a UTF-8 sequence. */
 /* The length of `name` cut to at most `max` bytes, at a character's start. */
 static size_t cut_utf8(const char *name, size_t max)
 {
@@ -466,9 +464,8 @@ int hwtimer_native_helper_name(PyObject *timer_name, const char *role, char out[
     if (!name)
         return -1;
     if (strlen(name) < 15) {
-        char full[16];
-        snprintf(full, sizeof full, "%s-%s", name, role); /* cut at 15 bytes */
-        hwtimer_native_name(full, out);
+        /* whole characters, then ASCII: the cut at 15 bytes splits none */
+        snprintf(out, 16, "%s-%s", name, role);
         return 0;
     }
     size_t n = cut_utf8(name, 13);
