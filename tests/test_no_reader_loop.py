@@ -25,7 +25,6 @@ from conftest import (
     DEADLINE,
     collect_until,
     give_deadline_holding_loop,
-    native_name,
     native_thread_names,
     run_python,
     wait_for,
@@ -110,10 +109,22 @@ def test_batches_apart_are_posted_apart(make_timer: Any, loop: NoReaderLoop) -> 
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="reads /proc/self/task")
-def test_posting_thread_has_its_native_name(make_timer: Any, loop: NoReaderLoop) -> None:
+@pytest.mark.parametrize(
+    "name, native",
+    [
+        ("pn", "pn-post"),
+        # 15 bytes (as the shared timer's name) leave no room for "-post":
+        # the posting thread keeps 13 of them and the role's initial, so
+        # that it does not show as the worker
+        ("request-timeout", "request-timeo-p"),
+    ],
+)
+def test_posting_thread_has_its_native_name(
+    make_timer: Any, loop: NoReaderLoop, name: str, native: str
+) -> None:
     # ps -T and /proc show the timer's worker and dispatch thread by name;
     # the posting thread too, rather than as one more "python".
-    timer = make_timer(0.01, 64, thread_name="pn")
+    timer = make_timer(0.01, 64, thread_name=name)
     ran: list[int] = []
 
     async def main() -> None:
@@ -122,23 +133,7 @@ def test_posting_thread_has_its_native_name(make_timer: Any, loop: NoReaderLoop)
 
     loop.run_until_complete(main())
     assert len(_posters(timer)) == 1
-    assert wait_for(lambda: native_name("pn-post") in native_thread_names())
-
-
-def test_posting_thread_of_a_long_named_timer_is_not_its_worker(
-    make_timer: Any, loop: NoReaderLoop
-) -> None:
-    # a timer's name of 15 bytes (as the shared timer's) leaves no room
-    # for "-post": the posting thread keeps 13 of them and the role's initial
-    timer = make_timer(0.01, 64, thread_name="request-timeout")
-    ran: list[int] = []
-
-    async def main() -> None:
-        timer.call_later(0.01, ran.append, 1)
-        await _until(lambda: bool(ran))
-
-    loop.run_until_complete(main())
-    assert wait_for(lambda: "request-timeo-p" in native_thread_names())
+    assert wait_for(lambda: native in native_thread_names())
 
 
 def test_posting_thread_ends_when_the_timer_stops(make_timer: Any, loop: NoReaderLoop) -> None:
