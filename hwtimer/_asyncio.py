@@ -346,24 +346,40 @@ async def wait_for(
     Python 3.12 and later, with the deadline on `timer`.
     """
     _check_awaitable(aw)
-    _check_timer(timer)
-    if timeout is not None:
-        timeout = _seconds(timeout, "timeout")
-        if math.isnan(timeout):  # which the scope would refuse as its delay
-            raise ValueError("timeout must not be NaN")
-        if timeout <= 0:
-            # No time at all: the awaitable never runs, unless it is a
-            # future that is done already.
-            fut = asyncio.ensure_future(aw)
-            if fut.done():
-                return fut.result()
-            await _cancel_and_wait(fut)
-            try:
-                return fut.result()
-            except asyncio.CancelledError as exc:
-                raise _TimeoutError from exc
-    async with _timeout_scope(timeout, timer=timer):
-        return await aw
+    started = False  # whether anything but this function holds `aw`
+    try:
+        _check_timer(timer)
+        if timeout is not None:
+            timeout = _seconds(timeout, "timeout")
+            if math.isnan(timeout):  # which the scope would refuse as its delay
+                raise ValueError("timeout must not be NaN")
+            if timeout <= 0:
+                # No time at all: the awaitable never runs, unless it is a
+                # future that is done already.
+                fut = asyncio.ensure_future(aw)
+                started = True
+                if fut.done():
+                    return fut.result()
+                await _cancel_and_wait(fut)
+                try:
+                    return fut.result()
+                except asyncio.CancelledError as exc:
+                    raise _TimeoutError from exc
+        async with _timeout_scope(timeout, timer=timer):
+            started = True
+            return await aw
+    except BaseException:
+        if not started:
+            # Refused (a stopped or full timer, a bad argument): a coroutine
+            # handed over is closed, as TaskGroup.create_task() closes one,
+            # rather than left to warn that it was never awaited.
+            _close_coroutine(aw)
+        raise
+
+
+def _close_coroutine(aw: object) -> None:
+    if isinstance(aw, types.CoroutineType):
+        aw.close()
 
 
 def _set_result_unless_done(fut: asyncio.Future[Any], result: Any) -> None:

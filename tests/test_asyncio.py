@@ -2298,6 +2298,51 @@ def test_wait_for_names_its_timeout_when_refusing_nan(run: Any, own_timer: Any) 
     run(main)
 
 
+def test_wait_for_closes_a_coroutine_it_refuses(run: Any, own_timer: Any) -> None:
+    """A coroutine handed to wait_for() belongs to it: when wait_for()
+    refuses before awaiting it (a stopped or full timer, a bad timeout or
+    timer), it closes the coroutine, which then neither runs nor warns that
+    it was never awaited.  A future it refuses is left as it was."""
+    ran: list[str] = []
+
+    async def job() -> str:
+        ran.append("job")
+        return "done"
+
+    async def main() -> None:
+        with hwtimer.HashedWheelTimer(0.01, 64, max_pending_timeouts=1) as full:
+            holder = full.new_timeout(lambda _t: None, 60)
+            refusals: list[tuple[type[BaseException], Callable[[Any], Any]]] = [
+                (RuntimeError, lambda aw: hwtimer.wait_for(aw, 5, timer=full)),
+                (ValueError, lambda aw: hwtimer.wait_for(aw, math.nan, timer=own_timer)),
+                (TypeError, lambda aw: hwtimer.wait_for(aw, "5", timer=own_timer)),
+                (TypeError, lambda aw: hwtimer.wait_for(aw, 5, timer=object())),
+            ]
+            loop = asyncio.get_running_loop()
+            for error, call in refusals:
+                coro = job()
+                with pytest.raises(error):
+                    await call(coro)
+                assert coro.cr_frame is None  # closed
+                fut = loop.create_future()
+                with pytest.raises(error):
+                    await call(fut)
+                assert not fut.done()
+            holder.cancel()
+        own_timer.start()
+        own_timer.stop()
+        coro = job()
+        with pytest.raises(RuntimeError, match="stopped timer"):
+            await hwtimer.wait_for(coro, 5, timer=own_timer)
+        assert coro.cr_frame is None
+        assert ran == []
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        run(main)
+        gc.collect()
+
+
 def test_sleep_zero_yields_like_asyncio(run: Any) -> None:
     async def interleaving(sleep: Any) -> list[str]:
         order: list[str] = []
