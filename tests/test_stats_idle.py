@@ -212,6 +212,26 @@ def test_lateness_plausible_against_tick(make_timer):
     assert 0 <= s["task_time_max"] < 1.0
 
 
+@pytest.mark.parametrize("n", [1, 2, 3, 101, 102, 202])
+def test_lateness_percentiles_are_samples_at_the_lower_rank(n):
+    """late_p50 and late_p99 are the samples at rank (n - 1) * q rounded
+    down, as the README defines them: over 2 to 101 samples late_p99 is the
+    second largest.  Each task here is k microseconds late, k = 0..n-1, in
+    batches of at most 64 tasks, all of which the worker times."""
+    from hwtimer.testing import ManualTimer
+
+    with ManualTimer(tick_duration=0.001) as timer:
+        for first in range(0, n, 64):
+            for k in range(first, min(n, first + 64)):
+                timer.new_timeout(lambda _t: None, 0.001 - k * 1e-6)
+            timer.advance(0.001)
+        s = timer.stats()
+    assert s["late_samples"] == n
+    for key, q in (("late_p50", 0.5), ("late_p99", 0.99)):
+        assert s[key] == pytest.approx(int((n - 1) * q) * 1e-6, abs=2e-9), key
+    assert s["late_max"] == pytest.approx((n - 1) * 1e-6, abs=2e-9)
+
+
 def test_a_slow_untimed_task_shows_in_the_lateness_of_the_tasks_after_it(make_timer):
     timer = make_timer(0.01, 64)
     n, slow = 300, 100  # task 100 of the batch runs untimed
