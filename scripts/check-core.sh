@@ -18,9 +18,11 @@
 #      released, under ASan+UBSan,
 #      tests/c/fork_take_test.c, fork() as a consumer takes from a
 #      sink (the child finds what it took), under ASan+UBSan,
-#      and tests/c/fork_stop_test.c, fork() while another thread's stop()
+#      tests/c/fork_stop_test.c, fork() while another thread's stop()
 #      waits for the worker (the child's stop() returns what it had yet to
-#      sweep), under ASan+UBSan;
+#      sweep), and tests/c/fork_swept_test.c, fork() just after another
+#      thread's stop() has swept (the child finds the list where that
+#      stop() stored it), under ASan+UBSan;
 #   3. tests/c/walk_race_test.c, a walk of the wheel (hwt_timer_soonest)
 #      made as the worker is about to sleep, under TSan;
 #      tests/c/soonest_reset_test.c, resets made while hwt_timer_soonest
@@ -119,6 +121,10 @@ timeout 300 "$work/fork_take_asan" 2000
 step "fork stop test under ASan+UBSan ($backend backend)"
 build fork_stop_asan fork_stop_test.c "${ASAN[@]}" -ldl
 timeout 300 "$work/fork_stop_asan"
+
+step "fork swept test under ASan+UBSan ($backend backend)"
+build fork_swept_asan fork_swept_test.c "${ASAN[@]}" -ldl
+timeout 300 "$work/fork_swept_asan"
 
 step "walk race test under TSan ($backend backend)"
 build walk_tsan walk_race_test.c -fsanitize=thread -ldl
