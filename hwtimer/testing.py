@@ -181,7 +181,8 @@ def _task_ready(task: asyncio.Task[object]) -> bool:
 
 #: The tasks in _settle() now, on every loop: each yields to the loop, and
 #: so is always ready to step; two advance_async() at once must not wait
-#: for each other.
+#: for each other.  Loops in other threads add and discard theirs meanwhile:
+#: it is read through copy(), which no other thread interrupts.
 _settling: set[Any] = set()
 
 
@@ -190,7 +191,7 @@ def _others_ready(ready: Any) -> bool:
     that are settling themselves (and handles cancelled since).  A
     callback's ``__self__`` is told from those tasks by identity: it may be
     any object (a list whose ``append`` a callback is), hashable or not."""
-    settling = {id(task) for task in _settling}
+    settling = {id(task) for task in _settling.copy()}
     return any(
         not h._cancelled and id(getattr(h._callback, "__self__", _UNSAID)) not in settling
         for h in list(ready)

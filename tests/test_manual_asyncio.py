@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import sys
 import threading
 import time
 from collections.abc import Awaitable
@@ -549,6 +550,40 @@ def test_advance_async_with_a_callback_of_an_unhashable_object_ready(
         assert manual_timer.time() == 1.0
 
     run(main)
+
+
+def test_advance_async_on_loops_in_several_threads_at_once() -> None:
+    """Event loops in several threads, each advancing a ManualTimer of its
+    own with advance_async() at the same time: none of them raises (each
+    reads which tasks are settling while the others come and go)."""
+    errors: list[BaseException] = []
+
+    def one_loop() -> None:
+        timer = ManualTimer()
+
+        async def main() -> None:
+            for _ in range(300):
+                await timer.advance_async(0.001)
+
+        try:
+            asyncio.run(main())
+        except BaseException as exc:  # reported by the test, not the thread
+            errors.append(exc)
+        finally:
+            timer.stop()
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads take turns as often as they can
+    try:
+        for _ in range(3):
+            threads = [threading.Thread(target=one_loop) for _ in range(16)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert errors == []
 
 
 def test_advance_async_bad_input_changes_nothing(manual_timer: ManualTimer, run: Any) -> None:
