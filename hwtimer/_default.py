@@ -23,9 +23,21 @@ _timer: HashedWheelTimer | None = None
 #: shared timer, which could not be stopped there, kept from collection.
 _unstoppable: list[HashedWheelTimer] = []
 
-#: Timers installed by hwtimer.testing.use_timer(), innermost last; the
+
+class _Installed:
+    """A timer installed by one hwtimer.testing.use_timer() block.  Equal
+    only to itself: the block removes its own installation, not another of
+    the same timer."""
+
+    __slots__ = ("timer",)
+
+    def __init__(self, timer: HashedWheelTimer) -> None:
+        self.timer = timer
+
+
+#: The installations of hwtimer.testing.use_timer(), innermost last; the
 #: same for every thread.
-_installed: list[HashedWheelTimer] = []
+_installed: list[_Installed] = []
 
 
 def default_timer() -> HashedWheelTimer:
@@ -37,7 +49,7 @@ def default_timer() -> HashedWheelTimer:
     """
     if _installed:
         try:
-            return _installed[-1]
+            return _installed[-1].timer
         except IndexError:  # the last one was removed meanwhile
             pass
     return _shared()

@@ -258,15 +258,15 @@ def use_timer(timer: _Timer) -> Iterator[_Timer]:
     ``wait_for()`` and ``sleep()`` without ``timer=``).  Blocks nest."""
     if not isinstance(timer, HashedWheelTimer):
         raise TypeError(f"use_timer() takes a HashedWheelTimer, not {type(timer).__name__}")
-    _default._installed.append(timer)
+    # An installation of its own, which its block removes whatever other
+    # threads' blocks add and remove meanwhile: each of the list's append()
+    # and remove() is one step that no other thread interrupts.
+    installed = _default._Installed(timer)
+    _default._installed.append(installed)
     try:
         yield timer
     finally:
-        # the innermost installation of this timer: the last one
-        for i in range(len(_default._installed) - 1, -1, -1):
-            if _default._installed[i] is timer:
-                del _default._installed[i]
-                break
+        _default._installed.remove(installed)
 
 
 _follow_lock = threading.Lock()

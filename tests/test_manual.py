@@ -10,6 +10,7 @@ import logging
 import math
 import os
 import signal
+import sys
 import threading
 import weakref
 from collections.abc import Callable, Iterator
@@ -894,6 +895,35 @@ def test_use_timer_in_every_thread(manual: ManualTimer) -> None:
             assert hwtimer.default_timer() is real
         assert hwtimer.default_timer() is manual
     assert seen == [manual]
+    assert hwtimer.default_timer() is real
+
+
+def test_use_timer_of_one_timer_in_several_threads_at_once(manual: ManualTimer) -> None:
+    """Threads that each install the same timer, over and over at the same
+    time: every block ends as it began, and the default timer is the
+    shared one again once they are done."""
+    real = hwtimer.default_timer()
+    errors: list[BaseException] = []
+
+    def installs() -> None:
+        try:
+            for _ in range(2000):
+                with use_timer(manual):
+                    assert hwtimer.default_timer() is manual
+        except BaseException as exc:  # reported by the test, not the thread
+            errors.append(exc)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads take turns as often as they can
+    try:
+        threads = [threading.Thread(target=installs) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert errors == []
     assert hwtimer.default_timer() is real
 
 
