@@ -528,6 +528,29 @@ def test_advance_async_waits_for_a_task_woken_through_a_futures_callbacks(
     run(main)
 
 
+def test_advance_async_waits_for_a_task_woken_through_gather_nested_three_deep(
+    manual_timer: ManualTimer, run: Any
+) -> None:
+    """The chain of done callbacks that the README says advance_async()
+    waits for on every loop: gather() nested three deep, each level a turn
+    of the loop with no task ready to step."""
+
+    async def main() -> None:
+        times: list[float] = []
+
+        async def nested() -> None:
+            for _ in range(2):
+                await asyncio.gather(asyncio.gather(asyncio.gather(hwtimer.sleep(1))))
+                times.append(manual_timer.time())
+
+        task = asyncio.ensure_future(nested())
+        await manual_timer.advance_async(2)
+        assert task.done()
+        assert times == [1.0, 2.0]
+
+    run(main)
+
+
 def test_advance_async_with_a_callback_of_an_unhashable_object_ready(
     manual_timer: ManualTimer, run: Any
 ) -> None:
