@@ -167,7 +167,7 @@ typedef struct {
     HWTIMER_STATE_REFS(HWTIMER_STATE_FIELD)
 #undef HWTIMER_STATE_FIELD
     TimerObject *running_timers; /* borrowed: started, not stopped */
-    Py_ssize_t nrunning;
+    Py_ssize_t nrunning; /* of running_timers, those not manual */
     /* borrowed: stopped by a stop() that a signal interrupted, whose
        dispatch thread no stop() has seen finish yet */
     TimerObject *stopping_timers;

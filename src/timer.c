@@ -37,27 +37,30 @@ static void timers_unlink(TimerObject **head, TimerObject *self)
         self->running_next->running_prev = self->running_prev;
 }
 
-/* How many running timers run here: in a child of fork(), those the
-   parent started stay listed (the atexit hook stops them) but have no
-   worker, and run nothing. */
+/* How many running timers with threads run here: in a child of fork(),
+   those the parent started stay listed (the atexit hook stops them) but
+   have no worker, and run nothing. */
 static Py_ssize_t running_here(hwtimer_state *st)
 {
     Py_ssize_t n = 0;
     for (TimerObject *t = st->running_timers; t; t = t->running_next)
-        n += !hwt_timer_orphaned(t->core);
+        n += !t->manual && !hwt_timer_orphaned(t->core);
     return n;
 }
 
-/* Lists `self` as running.  Returns true if it is the first timer past
-   MAX_LIVE_TIMERS in this process (a child of fork() has its own), for the
-   caller to warn_too_many() once its start is done: the warning runs
-   Python code (logging's handlers), which may stop this timer, and a
-   stop() waits for a dispatch thread the start has yet to start. */
+/* Lists `self` as running.  Returns true if it is the first timer with
+   threads (a ManualTimer has none) past MAX_LIVE_TIMERS in this process
+   (a child of fork() has its own), for the caller to warn_too_many() once
+   its start is done: the warning runs Python code (logging's handlers),
+   which may stop this timer, and a stop() waits for a dispatch thread the
+   start has yet to start. */
 static bool running_add(TimerObject *self)
 {
     hwtimer_state *st = self->module_state;
     self->running = true;
     timers_link(&st->running_timers, self);
+    if (self->manual)
+        return false;
     if (++st->nrunning > MAX_LIVE_TIMERS && st->too_many_logged_by != getpid() &&
         running_here(st) > MAX_LIVE_TIMERS) {
         st->too_many_logged_by = getpid();
@@ -79,7 +82,8 @@ static void running_remove(TimerObject *self)
         return;
     self->running = false;
     timers_unlink(&st->running_timers, self);
-    st->nrunning--;
+    if (!self->manual)
+        st->nrunning--;
 }
 
 /* A timer no longer running whose dispatch thread may still run a task:

@@ -969,6 +969,43 @@ def test_warning_of_too_many_timers_lets_its_handler_stop_them() -> None:
     assert proc.stdout == "ok\n"
 
 
+def test_manual_timers_do_not_count_towards_too_many_timers() -> None:
+    # The ERROR for more than 64 running timers is about their threads: a
+    # ManualTimer has none.  A test suite's unstopped manual timers neither
+    # log it nor use up the one ERROR a process logs, so 65 real timers
+    # after them still do.
+    code = """
+        import logging, hwtimer
+        from hwtimer.testing import ManualTimer
+
+        records = []
+
+        class Keep(logging.Handler):
+            def emit(self, record):
+                records.append(record.getMessage())
+
+        logging.getLogger("hwtimer").addHandler(Keep())
+        manual = [ManualTimer() for _ in range(100)]
+        for t in manual:
+            t.new_timeout(lambda to: None, 1)  # started
+        assert records == [], records
+        real = []
+        for _ in range(64):
+            real.append(hwtimer.HashedWheelTimer(0.01))
+            real[-1].start()
+        assert records == [], records
+        real.append(hwtimer.HashedWheelTimer(0.01))
+        real[-1].start()
+        assert len(records) == 1 and "more than 64" in records[0], records
+        for t in manual + real:
+            t.stop()
+        print("ok", flush=True)
+    """
+    proc = run_python(code, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "ok\n"
+
+
 # ---- new_timeout() and Timeout ----
 
 
