@@ -248,7 +248,7 @@ static PyObject *timeout_repr_of(TimeoutObject *self)
         num = PyOS_double_to_string(fabs(left), 'f', 3, 0, NULL);
         if (!num)
             return NULL;
-        when = left >= 0 ? "later" : "ago";
+        when = left > 0 ? "later" : "ago"; /* at its deadline: due, no longer to come */
     }
     uint32_t state = atomic_load(&self->node.state);
     const char *state_note = state == HWT_CANCELLED ? ", cancelled"

@@ -168,6 +168,12 @@ def test_no_threads_and_tasks_run_in_the_calling_thread(manual: ManualTimer) -> 
     assert other.threads == [thread.ident]
 
 
+def test_repr_of_a_timeout_run_on_its_deadline_says_it_is_past(manual: ManualTimer) -> None:
+    timeout = manual.new_timeout(lambda _t: None, 1)
+    manual.advance(1)
+    assert manual.time() == timeout.deadline
+    assert "deadline: 0.000 s ago, expired" in repr(timeout)
+
 def test_clock_moves_only_by_advance(manual: ManualTimer) -> None:
     task = Recorder(manual)
     timeout = manual.new_timeout(task, 0.25)
