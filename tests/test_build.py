@@ -306,3 +306,29 @@ def test_limited_api_build_returns_singletons_with_a_reference(tmp_path):
         assert len(lines) == 3, (include, lines)
         for line in lines:
             assert "NewRef" in line or "INCREF" in line.upper(), (include, line)
+
+
+def test_what_the_readme_build_commands_make_is_ignored_by_git():
+    # `python -m build` and `auditwheel repair` (README, "Wheels, the sdist
+    # and building from source") leave their output in the checkout: none
+    # of it may show in `git status` as files to add.
+    git = shutil.which("git")
+    if git is None or not (ROOT / ".gitignore").exists():
+        pytest.skip("not a git checkout")
+    version = hwtimer.__version__
+    made = [
+        f"dist/hwtimer-{version}.tar.gz",
+        f"dist/hwtimer-{version}-cp311-cp311-linux_x86_64.whl",
+        f"wheelhouse/hwtimer-{version}-cp311-cp311-manylinux_2_34_x86_64.whl",
+        "build/lib.linux-x86_64-cpython-311/hwtimer/__init__.py",
+        "hwtimer.egg-info/PKG-INFO",
+    ]
+    not_ignored = [
+        path
+        for path in made
+        if subprocess.run(
+            [git, "check-ignore", "--no-index", "-q", path], cwd=ROOT, check=False
+        ).returncode
+        != 0
+    ]
+    assert not_ignored == []
