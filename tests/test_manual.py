@@ -174,6 +174,7 @@ def test_repr_of_a_timeout_run_on_its_deadline_says_it_is_past(manual: ManualTim
     assert manual.time() == timeout.deadline
     assert "deadline: 0.000 s ago, expired" in repr(timeout)
 
+
 def test_clock_moves_only_by_advance(manual: ManualTimer) -> None:
     task = Recorder(manual)
     timeout = manual.new_timeout(task, 0.25)
