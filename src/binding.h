@@ -272,19 +272,39 @@ struct TimeoutObject {
     PyObject *task; /* owned */
 };
 
+/* What a periodic timeout keeps beside its node, at one offset in both of
+   its types (hwtimer_timeout_grid): the period, and where its grid stands.
+   A one-shot call_later() handle has it too, for `owned` alone.  Packed
+   into 16 bytes, as the period and two flags took before the period kept
+   its fraction, so that neither type leaves its pymalloc size class.  Read
+   and written with the GIL held, the core's re-arm working on copies. */
+typedef struct hwtimer_grid {
+    int64_t period; /* ns between runs, > 0; 0 for call_later() */
+    /* and frac / 2**30 ns more: a period is seldom a whole ns (1 / 60 s) */
+    uint32_t frac : 30;
+    /* its next run is the one its last re-arm asked for at once
+       (HWT_EAGAIN), not reset since: hwt_timeout_rearm()'s catch_up */
+    uint32_t catch_up : 1;
+    /* PeriodicTimeoutObject: handed to the timer's executor, its run not
+       yet begun (runner.c) */
+    uint32_t submitted : 1;
+    /* how far (2**-30 ns) its exact grid point lies before its deadline,
+       which is a whole ns: hwt_timeout_rearm_exact()'s */
+    uint32_t behind : 30;
+    /* PeriodicTimeoutObject: in its timer's handed_out list */
+    uint32_t handed : 1;
+    /* LoopTimeoutObject: set with on_stop and never cleared: stop() never
+       lists the deadline of a sleep() or a scope, also when its owner
+       dropped on_stop (it cancelled the deadline) while that stop() ran */
+    uint32_t owned : 1;
+} hwtimer_grid;
+
 /* A periodic Timeout from new_periodic(): the period lives here, not in
    the node, which it would push past 80 bytes for every one-shot. */
 typedef struct PeriodicTimeoutObject {
     TimeoutObject base;
-    int64_t period; /* ns between runs, > 0 */
-    /* its next run is the one its last re-arm asked for at once
-       (HWT_EAGAIN), not reset since: hwt_timeout_rearm()'s catch_up.
-       Read and written with the GIL held (runner.c, timeout.c). */
-    bool catch_up;
-    /* handed to the timer's executor, its run not yet begun (runner.c) */
-    bool submitted;
-    /* in its timer's handed_out list, whose links these are (borrowed) */
-    bool handed;
+    hwtimer_grid grid;
+    /* in its timer's handed_out list (grid.handed): its links, borrowed */
     struct PeriodicTimeoutObject *handed_prev, *handed_next;
 } PeriodicTimeoutObject;
 
@@ -295,16 +315,9 @@ typedef struct LoopSinkObject LoopSinkObject;
 typedef struct LoopTimeoutObject LoopTimeoutObject;
 struct LoopTimeoutObject {
     TimeoutObject base; /* base.task is the callback */
-    /* call_every(): ns between runs; 0 for call_later().  Right after
-       `base`, as in PeriodicTimeoutObject, and so is catch_up, so that
-       hwtimer_timeout_period() and hwtimer_timeout_catch_up() read both
-       alike. */
-    int64_t period;
-    bool catch_up;
-    /* Set with on_stop and never cleared: stop() never lists the deadline
-       of a sleep() or a scope, also when its owner dropped on_stop (it
-       cancelled the deadline) while that stop() ran. */
-    bool owned;
+    /* call_every()'s period and grid, right after `base` as in
+       PeriodicTimeoutObject; grid.period is 0 for call_later() */
+    hwtimer_grid grid;
     PyObject *args;       /* owned tuple */
     PyObject *context;    /* owned contextvars.Context */
     LoopSinkObject *sink; /* owned */
@@ -389,23 +402,15 @@ typedef struct DispatchObject {
 #define TIMEOUT_OF(n) ((TimeoutObject *)((char *)(n)-offsetof(TimeoutObject, node)))
 #define TIMER_OF(to)  ((TimerObject *)(to)->node.sink->owner)
 
-_Static_assert(offsetof(LoopTimeoutObject, period) == offsetof(PeriodicTimeoutObject, period),
-               "a periodic timeout's period is at one offset in both of its types");
+_Static_assert(offsetof(LoopTimeoutObject, grid) == offsetof(PeriodicTimeoutObject, grid),
+               "a periodic timeout's grid is at one offset in both of its types");
+_Static_assert(sizeof(hwtimer_grid) == 16, "a grid takes what a period and its flags took");
 
-_Static_assert(offsetof(LoopTimeoutObject, catch_up) == offsetof(PeriodicTimeoutObject, catch_up),
-               "a periodic timeout's catch_up is at one offset in both of its types");
-
-/* The period (ns) of a timeout its core node says is periodic
+/* The period and grid of a timeout its core node says is periodic
    (hwt_timeout_periodic): a new_periodic() or call_every() one. */
-static inline int64_t hwtimer_timeout_period(TimeoutObject *to)
+static inline hwtimer_grid *hwtimer_timeout_grid(TimeoutObject *to)
 {
-    return ((PeriodicTimeoutObject *)to)->period;
-}
-
-/* Its catch_up flag, for the same kinds of timeout. */
-static inline bool *hwtimer_timeout_catch_up(TimeoutObject *to)
-{
-    return &((PeriodicTimeoutObject *)to)->catch_up;
+    return &((PeriodicTimeoutObject *)to)->grid;
 }
 
 /* common.c */
@@ -587,8 +592,16 @@ PyObject *hwtimer_timeout_new(TimerObject *timer, PyTypeObject *tp, hwt_sink *si
    periodic type, or a loop timeout) then keeps.  Returns 0, or -1
    with RejectedExecutionError or RuntimeError; the caller keeps its own
    reference either way. */
-int hwtimer_timeout_submit(TimerObject *timer, PyObject *obj, int64_t delay_ns, int64_t period_ns,
-                           int missed);
+/* A periodic timeout's period as new_periodic() and call_every() read it:
+   ns, and frac / 2**30 ns more; with how far its first deadline (a whole
+   ns) lies after the exact time its delay said, in 2**-30 ns. */
+typedef struct hwtimer_period {
+    int64_t ns;
+    uint32_t frac;
+    uint32_t behind;
+} hwtimer_period;
+int hwtimer_timeout_submit(TimerObject *timer, PyObject *obj, int64_t delay_ns,
+                           const hwtimer_period *period, int missed);
 /* GC-tracks `obj`, if it is not yet. */
 void hwtimer_timeout_track_pending(PyObject *obj);
 /* Called once `obj` is submitted: a manual timer's pending timeouts are
@@ -811,8 +824,9 @@ void hwtimer_timer_unlist_running(TimerObject *timer);
 PyObject *hwtimer_call_later(TimerObject *self, int64_t delay, PyObject *callback, PyObject *args,
                              PyObject *loop, PyObject *context);
 /* The same, then every period_ns (> 0) with policy `missed`. */
-PyObject *hwtimer_call_every(TimerObject *self, int64_t delay, int64_t period_ns, int missed,
-                             PyObject *callback, PyObject *args, PyObject *loop, PyObject *context);
+PyObject *hwtimer_call_every(TimerObject *self, int64_t delay, const hwtimer_period *period,
+                             int missed, PyObject *callback, PyObject *args, PyObject *loop,
+                             PyObject *context);
 /* Starts the worker and dispatch thread if needed.  Returns 0 or -1. */
 int hwtimer_timer_start(TimerObject *timer);
 /* Starts `timer` if needed and returns its sink for `loop` (a new

@@ -1355,34 +1355,100 @@ int hwt_timeout_reset(hwt_timeout *to, int64_t delay_ns)
     return r;
 }
 
-/* a + b for b >= 0, saturating at HWT_NEVER. */
-static inline int64_t add_sat(int64_t a, int64_t b)
+/* 2**HWT_FRAC_BITS: a period's fraction of a ns and a grid's lag behind
+   its deadline are counted in 2**-HWT_FRAC_BITS ns. */
+#define FRAC_ONE (UINT64_C(1) << HWT_FRAC_BITS)
+
+/* m periods of period + frac / FRAC_ONE ns, as whole ns (rounded down) in
+   *whole and the FRAC_ONE-ths of a ns left in *sub.  Returns false past
+   int64. */
+static bool periods(int64_t m, int64_t period, uint32_t frac, int64_t *whole, uint32_t *sub)
 {
-    return a >= HWT_NEVER - b ? HWT_NEVER : a + b;
+    int64_t ns;
+    if (__builtin_mul_overflow(m, period, &ns))
+        return false;
+    /* m * frac, up to 2**93, in two parts: the low and high 32 bits of m */
+    uint64_t um = (uint64_t)m;
+    uint64_t lo = (um & UINT32_MAX) * frac; /* < 2**62 */
+    uint64_t hi = (um >> 32) * frac;        /* < 2**61: m < 2**63 */
+    /* hi counts 2**32 FRAC_ONE-ths, a whole number of ns */
+    uint64_t extra = (hi << (32 - HWT_FRAC_BITS)) + (lo >> HWT_FRAC_BITS);
+    if (extra > (uint64_t)INT64_MAX || __builtin_add_overflow(ns, (int64_t)extra, &ns))
+        return false;
+    *whole = ns;
+    *sub = (uint32_t)(lo & (FRAC_ONE - 1));
+    return true;
 }
 
-int64_t hwt_periodic_next(int64_t deadline, int64_t period, int missed, int64_t start, int64_t end,
-                          bool *again)
+/* The grid point m periods after the one that `deadline` stands for, which
+   lies behind / FRAC_ONE ns before it: the deadline it rounds up to (never
+   early), with how far that point lies before it in *behind_out; HWT_NEVER
+   past int64. */
+static int64_t grid_point(int64_t deadline, uint32_t behind, int64_t m, int64_t period,
+                          uint32_t frac, uint32_t *behind_out)
 {
-    int64_t next = add_sat(deadline, period);
+    int64_t step, next;
+    uint32_t sub;
+    *behind_out = 0;
+    if (!periods(m, period, frac, &step, &sub) || __builtin_add_overflow(deadline, step, &next) ||
+        next == HWT_NEVER)
+        return HWT_NEVER;
+    if (sub > behind) {
+        *behind_out = (uint32_t)(FRAC_ONE - (sub - behind));
+        return next + 1;
+    }
+    *behind_out = behind - sub;
+    return next;
+}
+
+int64_t hwt_periodic_next_exact(int64_t deadline, uint32_t *behind, int64_t period, uint32_t frac,
+                                int missed, int64_t start, int64_t end, bool *again)
+{
+    uint32_t lag = *behind;
+    int64_t next = grid_point(deadline, lag, 1, period, frac, behind);
     *again = false;
     switch (missed) {
     case HWT_MISSED_BURST: /* every grid point, the missed ones back to back */
         *again = next <= end;
         return next;
-    case HWT_MISSED_DELAY:
+    case HWT_MISSED_DELAY: {
         /* a run late by a period is the one "now": the grid restarts from
            its start; one that overran the next point is followed by one
            now, which starts the new grid (its deadline is its start) */
-        if (start - deadline >= period)
-            next = add_sat(start, period);
+        int64_t late = start - deadline;
+        if (late > period || (late == period && lag >= frac))
+            next = grid_point(start, 0, 1, period, frac, behind);
         *again = next <= end;
+        if (*again)
+            *behind = 0;
         return *again ? end : next;
-    default: /* skip: the first grid point after the run ended */
+    }
+    default: { /* skip: the first grid point after the run ended */
         if (next > end)
             return next;
-        return add_sat(end - (end - deadline) % period, period);
+        double exact_period = (double)period + (double)frac / (double)FRAC_ONE;
+        double whole = ((double)end - (double)deadline) / exact_period;
+        if (!(whole < 0x1p62)) { /* a run of centuries */
+            *behind = 0;
+            return HWT_NEVER;
+        }
+        int64_t m = (int64_t)whole + 1;
+        uint32_t unused;
+        /* the estimate is off by a few at most: made exact */
+        while (grid_point(deadline, lag, m, period, frac, &unused) <= end)
+            m++;
+        while (m > 2 && grid_point(deadline, lag, m - 1, period, frac, &unused) > end)
+            m--;
+        return grid_point(deadline, lag, m, period, frac, behind);
     }
+    }
+}
+
+int64_t hwt_periodic_next(int64_t deadline, int64_t period, int missed, int64_t start, int64_t end,
+                          bool *again)
+{
+    uint32_t behind = 0;
+    return hwt_periodic_next_exact(deadline, &behind, period, 0, missed, start, end, again);
 }
 
 /* Counts a periodic timeout that its consumer ended. */
@@ -1393,8 +1459,8 @@ static void count_out(hwt_timer *t, uint32_t final)
 
 /* hwt_timeout_rearm(), and with `next_run` false hwt_timeout_requeue():
    back on the wheel at the deadline it has. */
-static int rearm(hwt_timeout *to, bool next_run, int64_t period_ns, int64_t start, int64_t end,
-                 bool catch_up)
+static int rearm(hwt_timeout *to, bool next_run, int64_t period_ns, uint32_t period_frac,
+                 uint32_t *behind, int64_t start, int64_t end, bool catch_up)
 {
     hwt_timer *t = to->sink->timer;
     start -= start_of(t);
@@ -1422,10 +1488,13 @@ static int rearm(hwt_timeout *to, bool next_run, int64_t period_ns, int64_t star
         /* delay's run after an overrun starts the new grid where it
            began, if that was later than its deadline (it waited) */
         int64_t from = hwt_timeout_deadline(to);
-        if (catch_up && missed == HWT_MISSED_DELAY && start > from)
+        if (catch_up && missed == HWT_MISSED_DELAY && start > from) {
             from = start;
-        set_deadline(to, within_clock(t, hwt_periodic_next(from, period_ns, missed, start, end,
-                                                            &again)));
+            *behind = 0;
+        }
+        set_deadline(to, within_clock(t, hwt_periodic_next_exact(from, behind, period_ns,
+                                                                  period_frac, missed, start, end,
+                                                                  &again)));
         r = again ? HWT_EAGAIN : HWT_OK;
     } /* RUNNING_RESET: the reset set the next deadline; a requeue keeps it */
     if (r == HWT_OK) {
@@ -1447,12 +1516,19 @@ static int rearm(hwt_timeout *to, bool next_run, int64_t period_ns, int64_t star
 int hwt_timeout_rearm(hwt_timeout *to, int64_t period_ns, int64_t start, int64_t end,
                       bool catch_up)
 {
-    return rearm(to, true, period_ns, start, end, catch_up);
+    uint32_t behind = 0;
+    return rearm(to, true, period_ns, 0, &behind, start, end, catch_up);
+}
+
+int hwt_timeout_rearm_exact(hwt_timeout *to, int64_t period_ns, uint32_t period_frac,
+                            uint32_t *behind, int64_t start, int64_t end, bool catch_up)
+{
+    return rearm(to, true, period_ns, period_frac, behind, start, end, catch_up);
 }
 
 int hwt_timeout_requeue(hwt_timeout *to)
 {
-    return rearm(to, false, 0, 0, 0, false);
+    return rearm(to, false, 0, 0, NULL, 0, 0, false);
 }
 
 uint32_t hwt_timeout_finish(hwt_timeout *to, uint32_t final)

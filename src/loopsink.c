@@ -247,13 +247,14 @@ void hwtimer_loop_sinks_stop_periodic(TimerObject *timer, PyObject *list)
         LoopSinkObject *s = sink_at(timer->loop_sinks, i);
         for (LoopTimeoutObject *to = s ? s->timeouts : NULL; to; to = to->sink_next) {
             uint32_t state = atomic_load(&to->base.node.state);
-            if (to->period == 0 && state == HWT_RUNNING_RESET && to->owned) {
+            if (to->grid.period == 0 && state == HWT_RUNNING_RESET && to->grid.owned) {
                 /* the library's own deadline (a scope's, a sleep's): it
                    goes on on the loop, as one stop() swept does */
                 if (hwt_timeout_cancel(&to->base.node) == HWT_OK && to->on_stop && moved &&
                     PyList_Append(moved, (PyObject *)to) < 0)
                     PyErr_Clear();
-            } else if (state == HWT_RUNNING_RESET || (to->period != 0 && state == HWT_RUNNING)) {
+            } else if (state == HWT_RUNNING_RESET ||
+                       (to->grid.period != 0 && state == HWT_RUNNING)) {
                 hwtimer_stop_delivered(&to->base, list);
             }
         }

@@ -258,7 +258,7 @@ static PyObject *loop_timeout_cancel(LoopTimeoutObject *self, PyObject *unused)
 {
     Py_CLEAR(self->on_stop);
     PyObject *r = hwtimer_timeout_cancel(&self->base, unused);
-    if (r == Py_True && self->period == 0) {
+    if (r == Py_True && self->grid.period == 0) {
         PyObject *args = self->args; /* its release may run Python */
         self->args = TIMER_OF(&self->base)->module_state->empty_tuple;
         Py_INCREF(self->args);

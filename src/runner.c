@@ -38,10 +38,10 @@ static PeriodicTimeoutObject *as_periodic(TimerObject *timer, TimeoutObject *to)
    it there, since it does not wait for the executor. */
 static void hand_out(TimerObject *timer, PeriodicTimeoutObject *periodic)
 {
-    if (periodic->handed)
+    if (periodic->grid.handed)
         return;
     Py_INCREF(periodic);
-    periodic->handed = true;
+    periodic->grid.handed = 1;
     periodic->handed_prev = NULL;
     periodic->handed_next = timer->handed_out;
     if (timer->handed_out)
@@ -55,9 +55,9 @@ static void hand_out(TimerObject *timer, PeriodicTimeoutObject *periodic)
 static void hand_back(TimerObject *timer, TimeoutObject *to)
 {
     PeriodicTimeoutObject *periodic = as_periodic(timer, to);
-    if (!periodic || !periodic->handed)
+    if (!periodic || !periodic->grid.handed)
         return;
-    periodic->handed = false;
+    periodic->grid.handed = 0;
     if (periodic->handed_prev)
         periodic->handed_prev->handed_next = periodic->handed_next;
     else
@@ -78,7 +78,7 @@ static int mark_submitted(TimerObject *timer, TimeoutObject *to)
 {
     PeriodicTimeoutObject *periodic = as_periodic(timer, to);
     if (periodic) {
-        periodic->submitted = true;
+        periodic->grid.submitted = 1;
         hand_out(timer, periodic);
         return 0;
     }
@@ -96,8 +96,8 @@ static int take_submitted(TimerObject *timer, TimeoutObject *to)
 {
     PeriodicTimeoutObject *periodic = as_periodic(timer, to);
     if (periodic) {
-        bool marked = periodic->submitted;
-        periodic->submitted = false;
+        bool marked = periodic->grid.submitted;
+        periodic->grid.submitted = 0;
         return marked;
     }
     if (!timer->submitted || Py_TYPE(to) != timer->module_state->timeout_type)
@@ -295,9 +295,14 @@ static bool rearm(TimerObject *timer, TimeoutObject *to, int64_t start, int64_t 
 {
     for (;;) {
         Py_INCREF(to); /* the wheel's reference, if it goes back */
-        bool *catch_up = hwtimer_timeout_catch_up(to);
-        int r = hwt_timeout_rearm(&to->node, hwtimer_timeout_period(to), start, end, *catch_up);
-        *catch_up = r == HWT_EAGAIN; /* its next run is that one, wherever it runs */
+        hwtimer_grid *grid = hwtimer_timeout_grid(to);
+        uint32_t behind = grid->behind;
+        int r = hwt_timeout_rearm_exact(&to->node, grid->period, grid->frac, &behind, start, end,
+                                        grid->catch_up);
+        /* written with the GIL still held: no other re-arm of it is under
+           way, nor begins before these are */
+        grid->behind = behind;
+        grid->catch_up = r == HWT_EAGAIN; /* its next run is that one, wherever it runs */
         if (r == HWT_OK)
             return false;
         Py_DECREF(to); /* not the last: the caller holds one */

@@ -289,7 +289,7 @@ static int scope_schedule(ScopeObject *self, double when)
                                         st->empty_tuple, self->loop, st->empty_context);
         if (handle) {
             ((LoopTimeoutObject *)handle)->on_stop = on_stop; /* the reference moves */
-            ((LoopTimeoutObject *)handle)->owned = true;
+            ((LoopTimeoutObject *)handle)->grid.owned = 1;
         } else {
             Py_XDECREF(on_stop);
         }

@@ -68,18 +68,21 @@ void hwtimer_timeout_track_pending(PyObject *obj)
         PyObject_GC_Track(obj);
 }
 
-int hwtimer_timeout_submit(TimerObject *timer, PyObject *obj, int64_t delay_ns, int64_t period_ns,
-                           int missed)
+int hwtimer_timeout_submit(TimerObject *timer, PyObject *obj, int64_t delay_ns,
+                           const hwtimer_period *period, int missed)
 {
     TimeoutObject *to = (TimeoutObject *)obj;
-    assert(period_ns <= 0 || Py_TYPE(obj) == timer->module_state->periodic_type ||
+    assert(!period || Py_TYPE(obj) == timer->module_state->periodic_type ||
            Py_TYPE(obj) == timer->module_state->loop_timeout_type);
     Py_INCREF(to); /* the wheel's reference */
     int r;
-    if (period_ns > 0) {
+    if (period) {
         /* set before it is scheduled: its first run may begin at once */
-        ((PeriodicTimeoutObject *)to)->period = period_ns;
-        *hwtimer_timeout_catch_up(to) = false;
+        hwtimer_grid *grid = hwtimer_timeout_grid(to);
+        grid->period = period->ns;
+        grid->frac = period->frac;
+        grid->behind = period->behind;
+        grid->catch_up = 0;
         r = hwt_timer_schedule_periodic(timer->core, &to->node, delay_ns, missed);
     } else {
         r = hwt_timer_schedule(timer->core, &to->node, delay_ns);
@@ -173,7 +176,7 @@ static bool is_periodic(TimeoutObject *to)
 {
     hwtimer_state *st = TIMER_OF(to)->module_state;
     return Py_TYPE(to) == st->periodic_type ||
-           (Py_TYPE(to) == st->loop_timeout_type && ((LoopTimeoutObject *)to)->period != 0);
+           (Py_TYPE(to) == st->loop_timeout_type && ((LoopTimeoutObject *)to)->grid.period != 0);
 }
 
 static PyObject *timeout_reset(TimeoutObject *self, PyObject *const *args, Py_ssize_t nargs,
@@ -198,8 +201,11 @@ static PyObject *timeout_reset(TimeoutObject *self, PyObject *const *args, Py_ss
         return NULL;
     }
     /* a periodic one's next run is at the new deadline, on its grid */
-    if (r == HWT_OK && is_periodic(self))
-        *hwtimer_timeout_catch_up(self) = false;
+    if (r == HWT_OK && is_periodic(self)) {
+        hwtimer_grid *grid = hwtimer_timeout_grid(self);
+        grid->catch_up = 0;
+        grid->behind = 0; /* the grid goes on from a whole ns */
+    }
     return PyBool_FromLong(r == HWT_OK);
 }
 

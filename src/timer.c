@@ -300,7 +300,7 @@ static PyObject *list_left(TimerObject *self, PyObject *list, hwt_timeout *left)
     while (left) {
         hwt_timeout *next = hwt_timeout_of(left->link.next);
         PyObject *to = hwtimer_timeout_from_node(left);
-        if (Py_IS_TYPE(to, loop_timeout_type) && ((LoopTimeoutObject *)to)->owned) {
+        if (Py_IS_TYPE(to, loop_timeout_type) && ((LoopTimeoutObject *)to)->grid.owned) {
             /* without on_stop, its owner has cancelled it meanwhile */
             if (((LoopTimeoutObject *)to)->on_stop)
                 hwtimer_loop_timeout_stopped((LoopTimeoutObject *)to);
@@ -1161,7 +1161,7 @@ static PyObject *timer_new_timeout(TimerObject *self, PyObject *const *args, Py_
                                        hwt_timer_default_sink(self->core), task);
     if (!to)
         return NULL;
-    if (hwtimer_timeout_submit(self, to, delay, 0, HWT_MISSED_SKIP) < 0) {
+    if (hwtimer_timeout_submit(self, to, delay, NULL, HWT_MISSED_SKIP) < 0) {
         Py_DECREF(to);
         return NULL;
     }
@@ -1169,19 +1169,44 @@ static PyObject *timer_new_timeout(TimerObject *self, PyObject *const *args, Py_
     return to;
 }
 
+/* How far (2**-HWT_FRAC_BITS ns, below 2**HWT_FRAC_BITS) `ns`, which a
+   float of seconds `obj` was read as (rounded up), lies after the exact ns
+   it says; 0 for any other number, which is read exactly. */
+static uint32_t ns_rounded_up_by(PyObject *obj, int64_t ns)
+{
+    if (!PyFloat_CheckExact(obj) || ns <= 0 || ns == HWT_NEVER)
+        return 0;
+    double exact = PyFloat_AS_DOUBLE(obj) * 1e9;
+    if (!((double)ns > exact))
+        return 0;
+    double one = (double)(UINT32_C(1) << HWT_FRAC_BITS);
+    double up = nearbyint(((double)ns - exact) * one);
+    return up >= one ? (UINT32_C(1) << HWT_FRAC_BITS) - 1 : (uint32_t)up;
+}
+
 /* Reads new_periodic()'s and call_every()'s period, delay (NULL or None:
    the period) and missed (NULL: "skip").  Returns 0 or -1. */
 static int parse_periodic(hwtimer_state *st, PyObject *period_o, PyObject *delay_o,
-                          PyObject *missed_o, int64_t *period, int64_t *delay, int *missed)
+                          PyObject *missed_o, hwtimer_period *period, int64_t *delay, int *missed)
 {
     static const char *const policies[] = {"skip", "delay", "burst"};
-    if (hwtimer_parse_delay(st, period_o, "period", period) < 0)
+    int64_t ns;
+    if (hwtimer_parse_delay(st, period_o, "period", &ns) < 0)
         return -1;
-    if (*period <= 0)
+    if (ns <= 0)
         return hwtimer_value_error("period must be > 0", period_o);
-    *delay = *period;
-    if (delay_o && delay_o != Py_None && hwtimer_parse_delay(st, delay_o, "delay", delay) < 0)
-        return -1;
+    /* a period that is no whole ns (1 / 60 s) is kept to 2**-30 ns, so
+       that its grid does not drift by what rounding it up would add */
+    uint32_t up = ns > 1 ? ns_rounded_up_by(period_o, ns) : 0;
+    *period = (hwtimer_period){.ns = up ? ns - 1 : ns,
+                               .frac = up ? (UINT32_C(1) << HWT_FRAC_BITS) - up : 0,
+                               .behind = up};
+    *delay = ns;
+    if (delay_o && delay_o != Py_None) {
+        if (hwtimer_parse_delay(st, delay_o, "delay", delay) < 0)
+            return -1;
+        period->behind = ns_rounded_up_by(delay_o, *delay);
+    }
     *missed = HWT_MISSED_SKIP;
     if (!missed_o)
         return 0;
@@ -1207,7 +1232,8 @@ static PyObject *timer_new_periodic(TimerObject *self, PyObject *const *args, Py
     PyObject *task = given[0], *period_o = given[1], *delay_o = given[2], *missed_o = given[3];
     if (require_callable(task, "task") < 0)
         return NULL;
-    int64_t period, delay;
+    hwtimer_period period;
+    int64_t delay;
     int missed;
     if (parse_periodic(self->module_state, period_o, delay_o, missed_o, &period, &delay, &missed) <
             0 ||
@@ -1215,7 +1241,7 @@ static PyObject *timer_new_periodic(TimerObject *self, PyObject *const *args, Py
         return NULL;
     PyObject *to = hwtimer_timeout_new(self, self->module_state->periodic_type,
                                        hwt_timer_default_sink(self->core), task);
-    if (to && hwtimer_timeout_submit(self, to, delay, period, missed) < 0)
+    if (to && hwtimer_timeout_submit(self, to, delay, &period, missed) < 0)
         Py_CLEAR(to);
     if (to)
         hwtimer_track_if_manual(self, to);
@@ -1235,11 +1261,12 @@ LoopSinkObject *hwtimer_loop_prepare(TimerObject *self, PyObject *loop)
 PyObject *hwtimer_call_later(TimerObject *self, int64_t delay, PyObject *callback, PyObject *args,
                              PyObject *loop, PyObject *context)
 {
-    return hwtimer_call_every(self, delay, 0, HWT_MISSED_SKIP, callback, args, loop, context);
+    return hwtimer_call_every(self, delay, NULL, HWT_MISSED_SKIP, callback, args, loop, context);
 }
 
-PyObject *hwtimer_call_every(TimerObject *self, int64_t delay, int64_t period_ns, int missed,
-                             PyObject *callback, PyObject *args, PyObject *loop, PyObject *context)
+PyObject *hwtimer_call_every(TimerObject *self, int64_t delay, const hwtimer_period *period,
+                             int missed, PyObject *callback, PyObject *args, PyObject *loop,
+                             PyObject *context)
 {
     LoopSinkObject *sink = hwtimer_loop_prepare(self, loop);
     if (!sink)
@@ -1263,7 +1290,7 @@ PyObject *hwtimer_call_every(TimerObject *self, int64_t delay, int64_t period_ns
     /* tracked before it is scheduled: a failed submit's dealloc untracks it */
     hwtimer_loop_sink_track(to);
     if (!to->context ||
-        hwtimer_timeout_submit(self, (PyObject *)to, delay, period_ns, missed) < 0) {
+        hwtimer_timeout_submit(self, (PyObject *)to, delay, period, missed) < 0) {
         Py_DECREF(to);
         return NULL;
     }
@@ -1321,7 +1348,8 @@ static PyObject *loop_call(TimerObject *self, bool periodic, PyObject *const *ar
     if (hwtimer_bind(periodic ? &call_every_sig : &call_later_sig, args, nargs, kwnames, given) < 0)
         return NULL;
     PyObject *loop = given[2], *context = given[3];
-    int64_t delay, period = 0;
+    int64_t delay;
+    hwtimer_period period = {0};
     int missed = HWT_MISSED_SKIP;
     if (periodic ? parse_periodic(self->module_state, given[0], given[4], given[5], &period, &delay,
                                   &missed)
@@ -1353,7 +1381,8 @@ static PyObject *loop_call(TimerObject *self, bool periodic, PyObject *const *ar
         Py_INCREF(args[i]);
         PyTuple_SET_ITEM(cb_args, i - 2, args[i]);
     }
-    PyObject *result = hwtimer_call_every(self, delay, period, missed, callback, cb_args, loop,
+    PyObject *result = hwtimer_call_every(self, delay, periodic ? &period : NULL, missed, callback,
+                                          cb_args, loop,
                                           context == Py_None ? NULL : context);
     Py_DECREF(cb_args);
     Py_XDECREF(owned_loop);
@@ -1392,7 +1421,7 @@ static PyObject *timer_call_later_on_stop(TimerObject *self, PyObject *const *ar
     if (to) {
         Py_INCREF(on_stop);
         ((LoopTimeoutObject *)to)->on_stop = on_stop;
-        ((LoopTimeoutObject *)to)->owned = true;
+        ((LoopTimeoutObject *)to)->grid.owned = 1;
     }
     return to;
 }

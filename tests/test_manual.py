@@ -1237,6 +1237,19 @@ def test_a_decimal_period_does_not_drift_off_its_ticks(manual: ManualTimer, peri
     assert periodic.deadline == pytest.approx(6 * period, abs=1e-9)
 
 
+@pytest.mark.parametrize("missed", ["skip", "delay", "burst"])
+def test_a_period_of_a_fraction_of_a_ns_does_not_drift(manual: ManualTimer, missed: str) -> None:
+    # 1 / 60 s is 16666666.67 ns: a grid that took each period as a whole
+    # ns (rounded up, never early) fell 0.33 ns a run behind start + k *
+    # period, 72 us an hour, and advance() over n periods ran it n - 1 times
+    period = 1 / 60
+    periodic = manual.new_periodic(noop, period, missed=missed)
+    assert manual.advance(3600) == 216_000
+    assert periodic.deadline == pytest.approx(216_001 * period, abs=2e-9)
+    assert manual.advance(3600) == 216_000
+    assert periodic.deadline == pytest.approx(432_001 * period, abs=2e-9)
+
+
 @pytest.mark.parametrize("missed, runs", [("skip", 10), ("delay", 10), ("burst", 100)])
 def test_a_period_shorter_than_the_tick(make_manual, missed: str, runs: int) -> None:
     # a tick's end is a period or more past the last run: only "burst"

@@ -19,7 +19,12 @@
  *     yet relinked, cancelled and not yet unlinked, a periodic one in its
  *     run, one-shots delivered RUNNING to an `ends_once` sink, one of them
  *     reset): each comes back exactly once, by stop(), the released list,
- *     or its consumer's call, and the counters add up.
+ *     or its consumer's call, and the counters add up;
+ *   grid: hwt_periodic_next_exact() against a 128-bit reference of a
+ *     period that is no whole ns, under each policy, for random grid
+ *     points, lags, periods and runs (late, overrunning, spanning many
+ *     periods, near the clock's end), and runs of 216,000 steps of a
+ *     1 / 60 s grid that end on its exact point.
  *
  * Usage: edge_test [SEED].  Exits 0 when every check holds.
  */
@@ -295,6 +300,109 @@ static void stop_states(void)
     printf("edge_test: stop() with timeouts in every state gives each back once\n");
 }
 
+#define FRAC_ONE ((__int128)1 << HWT_FRAC_BITS)
+
+/* ceil(x / FRAC_ONE) for x >= 0 */
+static __int128 ceil_frac(__int128 x)
+{
+    return (x + FRAC_ONE - 1) / FRAC_ONE;
+}
+
+/* The reference of hwt_periodic_next_exact(), in 2**-HWT_FRAC_BITS ns:
+   the grid point that `deadline` stands for is deadline - behind, the
+   period period + frac; the next deadline is the next grid point the
+   policy picks, rounded up, and *behind how far that point lies before
+   it.  Written from hwt.h's words. */
+static int64_t ref_next(int64_t deadline, uint32_t *behind, int64_t period, uint32_t frac,
+                        int missed, int64_t start, int64_t end, bool *again)
+{
+    __int128 g = (__int128)deadline * FRAC_ONE - *behind, p = (__int128)period * FRAC_ONE + frac;
+    __int128 e = (__int128)end * FRAC_ONE, point = g + p;
+    *again = false;
+    if (missed == HWT_MISSED_DELAY && (__int128)start * FRAC_ONE - g >= p)
+        point = (__int128)start * FRAC_ONE + p; /* late by a period: from its start */
+    else if (missed == HWT_MISSED_SKIP && ceil_frac(point) <= end)
+        point = g + ((e - g) / p + 1) * p; /* the first point after the end */
+    __int128 next = ceil_frac(point);
+    if (next >= HWT_NEVER) {
+        *behind = 0;
+        return HWT_NEVER;
+    }
+    *behind = (uint32_t)(next * FRAC_ONE - point);
+    if (missed != HWT_MISSED_SKIP && next <= end) {
+        *again = true;
+        if (missed == HWT_MISSED_DELAY) { /* once now: the new grid starts at the end */
+            *behind = 0;
+            return end;
+        }
+    }
+    return (int64_t)next;
+}
+
+static void check_grid(int64_t deadline, uint32_t behind, int64_t period, uint32_t frac,
+                       int missed, int64_t start, int64_t end)
+{
+    uint32_t got_behind = behind, want_behind = behind;
+    bool got_again, want_again;
+    int64_t got = hwt_periodic_next_exact(deadline, &got_behind, period, frac, missed, start, end,
+                                          &got_again);
+    int64_t want = ref_next(deadline, &want_behind, period, frac, missed, start, end, &want_again);
+    bool behind_differs = want != HWT_NEVER && got_behind != want_behind;
+    if (got != want || got_again != want_again || behind_differs) {
+        if (failures++ < 10)
+            fprintf(stderr,
+                    "grid: deadline %" PRId64 " behind %" PRIu32 " period %" PRId64 "+%" PRIu32
+                    " missed %d start %" PRId64 " end %" PRId64 ": got %" PRId64 " (%" PRIu32
+                    ", again %d), want %" PRId64 " (%" PRIu32 ", again %d)\n",
+                    deadline, behind, period, frac, missed, start, end, got, got_behind,
+                    got_again, want, want_behind, want_again);
+    }
+}
+
+static void grid(uint64_t seed)
+{
+    uint64_t rng = seed ^ UINT64_C(0x6772696420746573);
+    for (int i = 0; i < 500000; i++) {
+        uint64_t r = t_splitmix(&rng);
+        int missed = (int)(r % 3);
+        int64_t period = 1 + (int64_t)(t_splitmix(&rng) >> (1 + (r >> 8) % 63));
+        /* whole-ns grids (the common case) as often as fractional ones */
+        uint32_t frac = r & 0x10000000 ? 0 : (uint32_t)(t_splitmix(&rng) % FRAC_ONE);
+        uint32_t behind = r & 0x20000000 ? 0 : (uint32_t)(t_splitmix(&rng) % FRAC_ONE);
+        int64_t deadline = 1 + (int64_t)(t_splitmix(&rng) >> (1 + (r >> 16) % 63));
+        /* a run that began on time or up to a few periods late, and took
+           up to a few periods, or up to 2**40 of them, or one that reaches
+           the clock's end */
+        uint64_t periods = r & 0x40000000 ? UINT64_C(1) << (r >> 32) % 41 : 1 + (r >> 24) % 5;
+        uint64_t span = (uint64_t)period > UINT64_MAX / periods ? UINT64_MAX
+                                                                 : (uint64_t)period * periods;
+        if (span > (uint64_t)(HWT_NEVER - deadline) / 4)
+            span = (uint64_t)(HWT_NEVER - deadline) / 4;
+        int64_t start = deadline + (int64_t)(t_splitmix(&rng) % (span + 1));
+        int64_t end = start + (int64_t)(t_splitmix(&rng) % (span + 1));
+        check_grid(deadline, behind, period, frac, missed, start, end);
+    }
+    /* 1 / 60 s, as new_periodic() reads the float: 16666666 ns and the
+       fraction, with the first deadline a whole ns after its grid point */
+    double exact = 1.0 / 60 * 1e9;
+    int64_t ns = (int64_t)exact;
+    uint32_t frac = (uint32_t)((exact - (double)ns) * (double)FRAC_ONE + 0.5);
+    for (int missed = 0; missed < 3; missed++) {
+        uint32_t behind = (uint32_t)(FRAC_ONE - frac);
+        int64_t deadline = ns + 1;
+        bool again;
+        for (int k = 2; k <= 216000; k++) /* each run ends on time */
+            deadline = hwt_periodic_next_exact(deadline, &behind, ns, frac, missed, deadline,
+                                               deadline, &again);
+        if (deadline != INT64_C(3600000000000)) {
+            failures++;
+            fprintf(stderr, "grid: the 216,000th run of 1 / 60 s (policy %d) at %" PRId64 "\n",
+                    missed, deadline);
+        }
+    }
+    printf("edge_test: grid: the exact grid's next run, against the reference\n");
+}
+
 int main(int argc, char **argv)
 {
     uint64_t seed;
@@ -309,5 +417,6 @@ int main(int argc, char **argv)
     boundaries();
     far(seed);
     stop_states();
+    grid(seed);
     return failures != 0;
 }
