@@ -1590,14 +1590,25 @@ static void close_loop_sinks(TimerObject *self)
 }
 
 /* A running timer that is garbage: warns (from `source`, or none) and
-   stops it. */
+   stops it.  Without a source (its dealloc, a collection's clear) the
+   timer is being torn down: the warning shows the built-in repr(), as a
+   subclass's own __repr__ would be handed it, and could keep it, to be
+   freed or cleared under that reference. */
 static void stop_unstopped(TimerObject *self, PyObject *source)
 {
     if (!self->running)
         return;
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
-    if (PyErr_ResourceWarning(source, 1, "unstopped timer %R", self) < 0)
+    int warned;
+    if (source) {
+        warned = PyErr_ResourceWarning(source, 1, "unstopped timer %R", self);
+    } else {
+        PyObject *shown = timer_repr(self);
+        warned = shown ? PyErr_ResourceWarning(NULL, 1, "unstopped timer %U", shown) : -1;
+        Py_XDECREF(shown);
+    }
+    if (warned < 0)
         PyErr_WriteUnraisable(source);
     PyObject *r = hwtimer_timer_stop(self);
     if (!r)

@@ -1886,6 +1886,49 @@ def test_dropped_subclass_with_its_own_del_warns_and_stops() -> None:
     assert wait_for(lambda: not [t for t in threading.enumerate() if t.name.startswith("own-del")])
 
 
+@pytest.mark.parametrize("how", ["dealloc", "cycle"])
+def test_dropped_timers_warning_does_not_hand_it_to_its_repr(how) -> None:
+    """A running timer that its dealloc (or a collection's clear, for one
+    in a cycle) stops, its class's __del__ not calling the base's, is
+    being torn down as it warns: a subclass's own __repr__, which could
+    keep it, is not called with it there, and the warning shows the
+    built-in repr()."""
+    proc = run_python(
+        """
+        import gc, sys, warnings
+        import hwtimer
+
+        kept = []
+
+        class Keeps(hwtimer.HashedWheelTimer):
+            def __del__(self):
+                pass
+
+            def __repr__(self):
+                kept.append(self)
+                return "<Keeps>"
+
+        warnings.simplefilter("always")
+        with warnings.catch_warnings(record=True) as caught:
+            timer = Keeps(0.01, thread_name="keeps")
+            timer.start()
+            if sys.argv[1] == "cycle":
+                timer.me = timer
+            del timer
+            junk = [bytearray(64) for _ in range(10000)]  # over a freed timer
+            gc.collect()
+        for kept_timer in kept:  # kept there: freed, or cleared
+            kept_timer.stop()
+        (warning,) = [w for w in caught if w.category is ResourceWarning]
+        print(str(warning.message).startswith("unstopped timer <Keeps 'keeps' "), len(kept))
+        """,
+        args=("-X", "dev"),
+        argv=(how,),
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "True 0\n"
+
+
 def test_exit_hook_during_a_dropped_timers_warning() -> None:
     """The ResourceWarning of a timer that its dealloc stops (a subclass
     whose __del__ does not call the base's) runs Python code while the
