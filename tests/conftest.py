@@ -81,6 +81,21 @@ class HasIndex:
         return self.value
 
 
+def run_threads_switching_often(target: Callable[[], object], n: int) -> None:
+    """Runs `target` in `n` threads at once, the GIL passing between them
+    as often as it can, and returns once they have all ended."""
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=target) for _ in range(n)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+
+
 def wait_for(
     condition: Callable[[], object], timeout: float = DEADLINE, interval: float = 0.002
 ) -> bool:

@@ -10,7 +10,6 @@ import logging
 import math
 import os
 import signal
-import sys
 import threading
 import weakref
 from collections.abc import Callable, Iterator
@@ -18,7 +17,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from conftest import native_thread_names
+from conftest import native_thread_names, run_threads_switching_often
 from test_netty import check_rejected_back_to_back
 
 import hwtimer
@@ -920,16 +919,7 @@ def test_use_timer_of_one_timer_in_several_threads_at_once(manual: ManualTimer) 
         except BaseException as exc:  # reported by the test, not the thread
             errors.append(exc)
 
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)  # threads take turns as often as they can
-    try:
-        threads = [threading.Thread(target=installs) for _ in range(8)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-    finally:
-        sys.setswitchinterval(interval)
+    run_threads_switching_often(installs, 8)
     assert errors == []
     assert hwtimer.default_timer() is real
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
-import sys
 import threading
 import time
 from collections.abc import Awaitable
@@ -16,6 +15,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
+from conftest import run_threads_switching_often
 
 import hwtimer
 from hwtimer.testing import ManualTimer, follow_loop_time, use_timer
@@ -595,17 +595,8 @@ def test_advance_async_on_loops_in_several_threads_at_once() -> None:
         finally:
             timer.stop()
 
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)  # threads take turns as often as they can
-    try:
-        for _ in range(3):
-            threads = [threading.Thread(target=one_loop) for _ in range(16)]
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join()
-    finally:
-        sys.setswitchinterval(interval)
+    for _ in range(3):
+        run_threads_switching_often(one_loop, 16)
     assert errors == []
 
 
