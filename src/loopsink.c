@@ -608,6 +608,13 @@ static int start_poster(LoopSinkObject *self)
         target ? Py_BuildValue("{s:O,s:O,s:O}", "target", target, "name", name, "daemon", Py_True)
                : NULL;
     PyObject *thread = kwargs ? PyObject_Call(st->thread_type, st->empty_tuple, kwargs) : NULL;
+    /* Making the thread runs Python, and can collect the loop or the
+       timer: a sink closed meanwhile has closed its wake fd, and has
+       nothing to post.  The thread is not started: it would poll no
+       descriptor for ever, holding the delivery. */
+    bool closed = thread && self->closed;
+    if (closed)
+        Py_CLEAR(thread);
     if (thread) {
         /* the poster owns the wake fd from now on: the thread's, if it
            runs, else the sink's dealloc lets go of the last reference */
@@ -640,7 +647,7 @@ static int start_poster(LoopSinkObject *self)
     Py_XDECREF(target);
     Py_XDECREF(capsule);
     Py_XDECREF(name);
-    return r ? 0 : -1;
+    return r || closed ? 0 : -1;
 }
 
 /* _register(): in the loop's thread, has the loop watch the wake fd, or,

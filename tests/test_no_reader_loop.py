@@ -196,6 +196,49 @@ def test_closed_loop_stops_its_posting_thread(make_timer: Any) -> None:
     assert ran == []
 
 
+def test_loop_collected_while_its_posting_thread_is_made_stops_it(make_timer: Any) -> None:
+    # A loop left unclosed, in a cycle, that the cyclic GC collects while
+    # its posting thread is being made (threading.Thread() allocates): the
+    # sink is closed, and its wake fd with it.  No thread is left polling
+    # a closed descriptor for ever, holding what the loop was handed.
+    timer = make_timer(0.01, 64)
+
+    class QueueLoop:
+        def __init__(self) -> None:
+            self.handed: list[Callable[[], object]] = []
+            self.me = self  # only the cyclic GC frees it
+
+        def add_reader(self, *args: Any) -> None:
+            raise NotImplementedError
+
+        def call_soon_threadsafe(self, callback: Callable[[], object], *args: Any) -> None:
+            self.handed.append(callback)
+
+        def is_closed(self) -> bool:
+            return False
+
+    gc.collect()
+    thresholds, enabled = gc.get_threshold(), gc.isenabled()
+    gc.disable()
+    try:
+        loop = QueueLoop()
+        handle = timer.call_later(3600, print, "far", loop=loop)
+        [register] = loop.handed  # made outside the loop: it registers from there
+        watch = weakref.ref(loop)
+        del loop
+        gc.set_threshold(1)  # every allocation collects the young objects
+        gc.enable()
+        register()
+    finally:
+        gc.set_threshold(*thresholds)
+        if not enabled:
+            gc.disable()
+    assert collect_until(watch), "the loop was not collected"
+    assert wait_for(lambda: not _posters(timer)), "the posting thread outlived its loop"
+    assert wait_for(lambda: timer.pending_timeouts() == 0)
+    assert handle.is_cancelled()
+
+
 def test_posting_thread_closes_the_wake_fd_as_it_ends(make_timer: Any) -> None:
     # A handle kept after its loop has closed keeps the sink, but not its
     # descriptor: a service that keeps its handles does not run out of fds.
