@@ -1355,9 +1355,8 @@ int hwt_timeout_reset(hwt_timeout *to, int64_t delay_ns)
     return r;
 }
 
-/* 2**HWT_FRAC_BITS: a period's fraction of a ns and a grid's lag behind
-   its deadline are counted in 2**-HWT_FRAC_BITS ns. */
-#define FRAC_ONE (UINT64_C(1) << HWT_FRAC_BITS)
+/* HWT_FRAC_ONE in 64 bits, where it and what it multiplies pass 32 */
+#define FRAC_ONE ((uint64_t)HWT_FRAC_ONE)
 
 /* m periods of period + frac / FRAC_ONE ns, as whole ns (rounded down) in
    *whole and the FRAC_ONE-ths of a ns left in *sub.  Returns false past
@@ -1401,8 +1400,8 @@ static int64_t grid_point(int64_t deadline, uint32_t behind, int64_t m, int64_t 
     return next;
 }
 
-int64_t hwt_periodic_next_exact(int64_t deadline, uint32_t *behind, int64_t period, uint32_t frac,
-                                int missed, int64_t start, int64_t end, bool *again)
+int64_t hwt_periodic_next(int64_t deadline, uint32_t *behind, int64_t period, uint32_t frac,
+                          int missed, int64_t start, int64_t end, bool *again)
 {
     uint32_t lag = *behind;
     int64_t next = grid_point(deadline, lag, 1, period, frac, behind);
@@ -1442,13 +1441,6 @@ int64_t hwt_periodic_next_exact(int64_t deadline, uint32_t *behind, int64_t peri
         return grid_point(deadline, lag, m, period, frac, behind);
     }
     }
-}
-
-int64_t hwt_periodic_next(int64_t deadline, int64_t period, int missed, int64_t start, int64_t end,
-                          bool *again)
-{
-    uint32_t behind = 0;
-    return hwt_periodic_next_exact(deadline, &behind, period, 0, missed, start, end, again);
 }
 
 /* Counts a periodic timeout that its consumer ended. */
@@ -1492,9 +1484,8 @@ static int rearm(hwt_timeout *to, bool next_run, int64_t period_ns, uint32_t per
             from = start;
             *behind = 0;
         }
-        set_deadline(to, within_clock(t, hwt_periodic_next_exact(from, behind, period_ns,
-                                                                  period_frac, missed, start, end,
-                                                                  &again)));
+        set_deadline(to, within_clock(t, hwt_periodic_next(from, behind, period_ns, period_frac,
+                                                            missed, start, end, &again)));
         r = again ? HWT_EAGAIN : HWT_OK;
     } /* RUNNING_RESET: the reset set the next deadline; a requeue keeps it */
     if (r == HWT_OK) {

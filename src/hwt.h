@@ -267,27 +267,23 @@ int hwt_timer_schedule_periodic(hwt_timer *t, hwt_timeout *to, int64_t delay_ns,
    run. */
 int hwt_timeout_reset(hwt_timeout *to, int64_t delay_ns);
 
+/* A period's fraction of a ns, and how far a grid point lies before its
+   deadline, are counted in HWT_FRAC_ONE-ths of a ns (each below it). */
+#define HWT_FRAC_BITS 30
+#define HWT_FRAC_ONE  (UINT32_C(1) << HWT_FRAC_BITS)
+
 /* The next deadline (ns since the timer's start) of a periodic timeout
    whose run at grid point `deadline` began at `start` and ended at `end`
    (ns since the timer's start too), by its `missed` policy.  Sets *again
    when that next run is due already and the policy wants it now (the
    missed runs of a burst; delay's one run after an overrun, which starts
-   its new grid). */
-int64_t hwt_periodic_next(int64_t deadline, int64_t period, int missed, int64_t start, int64_t end,
-                          bool *again);
-/* A period's fraction of a ns, and how far a grid point lies before its
-   deadline, are counted in 2**-HWT_FRAC_BITS ns (each below 2**30). */
-#define HWT_FRAC_BITS 30
-
-/* The same on a grid whose period is period + period_frac /
-   2**HWT_FRAC_BITS ns, a whole ns or not, so that runs k periods apart are
-   k exact periods apart: `deadline` is its grid point rounded up to a
-   whole ns, and *behind (2**-HWT_FRAC_BITS ns) how far the grid point lies
-   before it, both read and updated.  hwt_periodic_next() is this with both
-   fractions 0. */
-int64_t hwt_periodic_next_exact(int64_t deadline, uint32_t *behind, int64_t period,
-                                uint32_t period_frac, int missed, int64_t start, int64_t end,
-                                bool *again);
+   its new grid).  The period is period + period_frac / HWT_FRAC_ONE ns, a
+   whole ns or not, so that runs k periods apart are k exact periods apart:
+   `deadline` is its grid point rounded up to a whole ns, and *behind
+   (HWT_FRAC_ONE-ths of a ns) how far the grid point lies before it, both
+   read and updated; both fractions are 0 on a grid of whole ns. */
+int64_t hwt_periodic_next(int64_t deadline, uint32_t *behind, int64_t period, uint32_t period_frac,
+                          int missed, int64_t start, int64_t end, bool *again);
 
 /* Ends a periodic timeout's run (state RUNNING or RUNNING_RESET) that
    began at clock time `start` and ended at `end`; `period_ns` (> 0) is its
@@ -305,9 +301,8 @@ int64_t hwt_periodic_next_exact(int64_t deadline, uint32_t *behind, int64_t peri
                     caller's (stop() did not see it: hand it to the user). */
 int hwt_timeout_rearm(hwt_timeout *to, int64_t period_ns, int64_t start, int64_t end,
                       bool catch_up);
-/* hwt_timeout_rearm() on a period of period_ns + period_frac /
-   2**HWT_FRAC_BITS ns
-   (hwt_periodic_next_exact()): *behind, the embedder's, says how far the
+/* hwt_timeout_rearm() on a period of period_ns + period_frac / HWT_FRAC_ONE
+   ns (hwt_periodic_next()): *behind, the embedder's, says how far the
    grid point of the run that ended lies before its deadline, and is set
    for the next one; 0 for a deadline that reset() set, or a first one
    that is a whole ns from its schedule. */

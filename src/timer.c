@@ -1169,7 +1169,7 @@ static PyObject *timer_new_timeout(TimerObject *self, PyObject *const *args, Py_
     return to;
 }
 
-/* How far (2**-HWT_FRAC_BITS ns, below 2**HWT_FRAC_BITS) `ns`, which a
+/* How far (HWT_FRAC_ONE-ths of a ns, below HWT_FRAC_ONE) `ns`, which a
    float of seconds `obj` was read as (rounded up), lies after the exact ns
    it says; 0 for any other number, which is read exactly. */
 static uint32_t ns_rounded_up_by(PyObject *obj, int64_t ns)
@@ -1179,9 +1179,8 @@ static uint32_t ns_rounded_up_by(PyObject *obj, int64_t ns)
     double exact = PyFloat_AS_DOUBLE(obj) * 1e9;
     if (!((double)ns > exact))
         return 0;
-    double one = (double)(UINT32_C(1) << HWT_FRAC_BITS);
-    double up = nearbyint(((double)ns - exact) * one);
-    return up >= one ? (UINT32_C(1) << HWT_FRAC_BITS) - 1 : (uint32_t)up;
+    double up = nearbyint(((double)ns - exact) * HWT_FRAC_ONE);
+    return up >= HWT_FRAC_ONE ? HWT_FRAC_ONE - 1 : (uint32_t)up;
 }
 
 /* Reads new_periodic()'s and call_every()'s period, delay (NULL or None:
@@ -1199,7 +1198,7 @@ static int parse_periodic(hwtimer_state *st, PyObject *period_o, PyObject *delay
        that its grid does not drift by what rounding it up would add */
     uint32_t up = ns > 1 ? ns_rounded_up_by(period_o, ns) : 0;
     *period = (hwtimer_period){.ns = up ? ns - 1 : ns,
-                               .frac = up ? (UINT32_C(1) << HWT_FRAC_BITS) - up : 0,
+                               .frac = up ? HWT_FRAC_ONE - up : 0,
                                .behind = up};
     *delay = ns;
     if (delay_o && delay_o != Py_None) {

@@ -20,7 +20,7 @@
  *     run, one-shots delivered RUNNING to an `ends_once` sink, one of them
  *     reset): each comes back exactly once, by stop(), the released list,
  *     or its consumer's call, and the counters add up;
- *   grid: hwt_periodic_next_exact() against a 128-bit reference of a
+ *   grid: hwt_periodic_next() against a 128-bit reference of a
  *     period that is no whole ns, under each policy, for random grid
  *     points, lags, periods and runs (late, overrunning, spanning many
  *     periods, near the clock's end), and runs of 216,000 steps of a
@@ -300,7 +300,7 @@ static void stop_states(void)
     printf("edge_test: stop() with timeouts in every state gives each back once\n");
 }
 
-#define FRAC_ONE ((__int128)1 << HWT_FRAC_BITS)
+#define FRAC_ONE ((__int128)HWT_FRAC_ONE)
 
 /* ceil(x / FRAC_ONE) for x >= 0 */
 static __int128 ceil_frac(__int128 x)
@@ -308,7 +308,7 @@ static __int128 ceil_frac(__int128 x)
     return (x + FRAC_ONE - 1) / FRAC_ONE;
 }
 
-/* The reference of hwt_periodic_next_exact(), in 2**-HWT_FRAC_BITS ns:
+/* The reference of hwt_periodic_next(), in HWT_FRAC_ONE-ths of a ns:
    the grid point that `deadline` stands for is deadline - behind, the
    period period + frac; the next deadline is the next grid point the
    policy picks, rounded up, and *behind how far that point lies before
@@ -344,7 +344,7 @@ static void check_grid(int64_t deadline, uint32_t behind, int64_t period, uint32
 {
     uint32_t got_behind = behind, want_behind = behind;
     bool got_again, want_again;
-    int64_t got = hwt_periodic_next_exact(deadline, &got_behind, period, frac, missed, start, end,
+    int64_t got = hwt_periodic_next(deadline, &got_behind, period, frac, missed, start, end,
                                           &got_again);
     int64_t want = ref_next(deadline, &want_behind, period, frac, missed, start, end, &want_again);
     bool behind_differs = want != HWT_NEVER && got_behind != want_behind;
@@ -392,7 +392,7 @@ static void grid(uint64_t seed)
         int64_t deadline = ns + 1;
         bool again;
         for (int k = 2; k <= 216000; k++) /* each run ends on time */
-            deadline = hwt_periodic_next_exact(deadline, &behind, ns, frac, missed, deadline,
+            deadline = hwt_periodic_next(deadline, &behind, ns, frac, missed, deadline,
                                                deadline, &again);
         if (deadline != INT64_C(3600000000000)) {
             failures++;
