@@ -1,12 +1,15 @@
 /*
- * test_util.h: what the core's C tests share: a seeded generator and a
- * sleep.  Header-only; every function is static inline.
+ * test_util.h: what the core's C tests share: a seeded generator, a sleep
+ * and the wait for a child.  Header-only; every function is static inline.
  */
 #ifndef HWT_TEST_UTIL_H
 #define HWT_TEST_UTIL_H
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
+#include <sys/wait.h>
 #include <time.h>
 
 /* splitmix64: the next number of the sequence that *x seeds. */
@@ -24,6 +27,17 @@ static inline void t_sleep_ns(int64_t ns)
     struct timespec ts = {(time_t)(ns / 1000000000), (long)(ns % 1000000000)};
     while (nanosleep(&ts, &ts) == -1 && errno == EINTR)
         ;
+}
+
+/* Waits for the child `pid`, through signals; returns whether it exited
+   with status 0. */
+static inline bool t_child_passed(pid_t pid)
+{
+    int status;
+    pid_t r;
+    while ((r = waitpid(pid, &status, 0)) < 0 && errno == EINTR)
+        ;
+    return r == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 
 #endif /* HWT_TEST_UTIL_H */
