@@ -1400,6 +1400,14 @@ static int64_t grid_point(int64_t deadline, uint32_t behind, int64_t m, int64_t 
     return next;
 }
 
+/* Whether the grid point m periods after `deadline`'s lies past `end`. */
+static bool past_end(int64_t deadline, uint32_t behind, int64_t m, int64_t period, uint32_t frac,
+                     int64_t end)
+{
+    uint32_t unused;
+    return grid_point(deadline, behind, m, period, frac, &unused) > end;
+}
+
 int64_t hwt_periodic_next(int64_t deadline, uint32_t *behind, int64_t period, uint32_t frac,
                           int missed, int64_t start, int64_t end, bool *again)
 {
@@ -1425,20 +1433,30 @@ int64_t hwt_periodic_next(int64_t deadline, uint32_t *behind, int64_t period, ui
     default: { /* skip: the first grid point after the run ended */
         if (next > end)
             return next;
-        double exact_period = (double)period + (double)frac / (double)FRAC_ONE;
-        double whole = ((double)end - (double)deadline) / exact_period;
-        if (!(whole < 0x1p62)) { /* a run of centuries */
-            *behind = 0;
-            return HWT_NEVER;
+        int64_t span = end - deadline; /* > 0, as next <= end */
+        if (frac == 0) /* whole ns, exact: lag stays as it is */
+            return grid_point(deadline, lag, span / period + 1, period, 0, behind);
+        /* the first m > 1 whose point is past the end: estimated in
+           doubles (off by at most about m / 2**51), then found exactly by
+           bisection around the estimate; a point past int64 is
+           HWT_NEVER, past any end */
+        double estimate = (double)span / ((double)period + (double)frac / (double)FRAC_ONE) + 1;
+        int64_t m = estimate < 0x1p62 ? (int64_t)estimate : INT64_C(1) << 62;
+        int64_t slack = (m >> 49) + 2;
+        int64_t before = m - slack > 1 ? m - slack : 1; /* its point is not past the end */
+        int64_t past = m + slack;                       /* its point is */
+        if (past_end(deadline, lag, before, period, frac, end))
+            before = 1; /* not reached: the estimate is within its bounds */
+        if (!past_end(deadline, lag, past, period, frac, end))
+            past = INT64_MAX;
+        while (past - before > 1) {
+            int64_t mid = before + (past - before) / 2;
+            if (past_end(deadline, lag, mid, period, frac, end))
+                past = mid;
+            else
+                before = mid;
         }
-        int64_t m = (int64_t)whole + 1;
-        uint32_t unused;
-        /* the estimate is off by a few at most: made exact */
-        while (grid_point(deadline, lag, m, period, frac, &unused) <= end)
-            m++;
-        while (m > 2 && grid_point(deadline, lag, m - 1, period, frac, &unused) > end)
-            m--;
-        return grid_point(deadline, lag, m, period, frac, behind);
+        return grid_point(deadline, lag, past, period, frac, behind);
     }
     }
 }

@@ -382,6 +382,21 @@ static void grid(uint64_t seed)
         int64_t end = start + (int64_t)(t_splitmix(&rng) % (span + 1));
         check_grid(deadline, behind, period, frac, missed, start, end);
     }
+    /* runs of 2**50 to 2**63 periods of a few ns, up to the clock's end,
+       where doubles lose whole periods */
+    for (int i = 0; i < 200000; i++) {
+        uint64_t r = t_splitmix(&rng);
+        int missed = (int)(r % 3);
+        int64_t period = 1 + (int64_t)((r >> 2) % 4);
+        uint32_t frac = r & 0x40 ? 0 : (uint32_t)(t_splitmix(&rng) % FRAC_ONE);
+        uint32_t behind = r & 0x80 ? 0 : (uint32_t)(t_splitmix(&rng) % FRAC_ONE);
+        int64_t deadline = 1 + (int64_t)(t_splitmix(&rng) >> (1 + (r >> 8) % 63));
+        int64_t end = deadline + (int64_t)(t_splitmix(&rng) % (uint64_t)(HWT_NEVER - deadline));
+        int64_t start = deadline + (int64_t)(t_splitmix(&rng) % (uint64_t)(end - deadline + 1));
+        check_grid(deadline, behind, period, frac, missed, start, end);
+    }
+    check_grid(4, 0, 1, 0, HWT_MISSED_SKIP, INT64_C(1) << 62, INT64_C(1) << 62);
+    check_grid(4, 0, 1, 1, HWT_MISSED_SKIP, INT64_C(1) << 62, HWT_NEVER - 1);
     /* 1 / 60 s, as new_periodic() reads the float: 16666666 ns and the
        fraction, with the first deadline a whole ns after its grid point */
     double exact = 1.0 / 60 * 1e9;
