@@ -1980,6 +1980,17 @@ int hwt_sink_init(hwt_sink *s, hwt_timer *t, hwt_wake_fn wake, int wake_fd, void
     return 0;
 }
 
+/* Ends what a closed sink will not run: periodic ones delivered to it will
+   not run again, and one-shots delivered RUNNING will not run. */
+static hwt_timeout *end_unrun(hwt_timeout *list)
+{
+    for (hwt_timeout *to = list; to; to = hwt_timeout_of(to->link.next)) {
+        if (hwt_timeout_delivered_running(to))
+            hwt_timeout_finish(to, HWT_CANCELLED);
+    }
+    return list;
+}
+
 hwt_timeout *hwt_sink_close(hwt_sink *s)
 {
     pthread_mutex_lock(&s->lock);
@@ -1987,13 +1998,7 @@ hwt_timeout *hwt_sink_close(hwt_sink *s)
     hwt_timeout *list = s->head;
     s->head = s->tail = NULL;
     pthread_mutex_unlock(&s->lock);
-    /* periodic ones delivered here will not run again, and one-shots
-       delivered RUNNING will not run: they end now */
-    for (hwt_timeout *to = list; to; to = hwt_timeout_of(to->link.next)) {
-        if (hwt_timeout_delivered_running(to))
-            hwt_timeout_finish(to, HWT_CANCELLED);
-    }
-    return list;
+    return end_unrun(list);
 }
 
 void hwt_sink_destroy(hwt_sink *s)
@@ -2028,19 +2033,23 @@ bool hwt_sink_has_work(hwt_sink *s)
     return work;
 }
 
-void hwt_sink_put_back(hwt_sink *s, hwt_timeout *list)
+hwt_timeout *hwt_sink_put_back(hwt_sink *s, hwt_timeout *list)
 {
     if (!list)
-        return;
+        return NULL;
     hwt_timeout *last = list;
     while (last->link.next)
         last = hwt_timeout_of(last->link.next);
     pthread_mutex_lock(&s->lock);
-    last->link.next = s->head ? &s->head->link : NULL;
-    if (!s->head)
-        s->tail = last;
-    s->head = list;
+    bool closed = s->closed;
+    if (!closed) {
+        last->link.next = s->head ? &s->head->link : NULL;
+        if (!s->head)
+            s->tail = last;
+        s->head = list;
+    }
     pthread_mutex_unlock(&s->lock);
+    return closed ? end_unrun(list) : NULL;
 }
 
 hwt_timeout *hwt_sink_wait(hwt_sink *s, bool *finished, hwt_timeout **taken)

@@ -488,8 +488,11 @@ void hwt_sink_destroy(hwt_sink *s);
 hwt_timeout *hwt_sink_take(hwt_sink *s);
 /* Whether something delivered waits to be taken. */
 bool hwt_sink_has_work(hwt_sink *s);
-/* Puts `list` (oldest first) back in front of what is queued. */
-void hwt_sink_put_back(hwt_sink *s, hwt_timeout *list);
+/* Puts `list` (oldest first) back in front of what is queued, and returns
+   NULL; or, if the sink was closed meanwhile, which nothing takes from
+   again, ends it as hwt_sink_close() ends what it held and returns it: the
+   caller releases it. */
+hwt_timeout *hwt_sink_put_back(hwt_sink *s, hwt_timeout *list);
 /* Blocks until something is delivered, the sink is finished, or (the
    default sink) released timeouts wait to be taken; takes what was
    delivered (maybe NULL).  Sets *finished when nothing more will arrive.

@@ -335,9 +335,11 @@ static PyObject *sink_run(LoopSinkObject *self)
             batch.now = HWTIMER_UNREAD;
         Py_DECREF(to); /* the wheel's reference */
         if (r < 0) {
-            /* the rest run at the loop's next turn, if it has one */
-            hwt_sink_put_back(&self->sink, next);
-            if (next)
+            /* the rest run at the loop's next turn, if it has one; a
+               sink closed meanwhile (its posting thread ended, as a task
+               ran) cancelled them, and nothing takes them from it */
+            hwtimer_release_chain(hwt_sink_put_back(&self->sink, next));
+            if (next && !self->closed)
                 run_again(self);
             else
                 held_by_poster(self);

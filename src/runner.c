@@ -539,7 +539,7 @@ uint64_t hwtimer_run_batch(hwt_sink *default_sink, hwt_timeout *node, bool paren
             }
             if (held)
                 held[1] = NULL;
-            hwt_sink_put_back(default_sink, node);
+            hwtimer_release_chain(hwt_sink_put_back(default_sink, node));
             break;
         }
     }

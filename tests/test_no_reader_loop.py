@@ -334,6 +334,62 @@ def test_keyboard_interrupt_leaves_the_rest_for_the_next_run(
         loop.close()
 
 
+def test_keyboard_interrupt_after_the_posting_thread_closed_the_sink(make_timer: Any) -> None:
+    # A task lets the posting thread fail to post the next batch (the loop
+    # refuses it), which closes the sink and cancels the rest of the task's
+    # own batch; then the task raises KeyboardInterrupt.  That rest cannot
+    # wait for a next run that nothing will post: it is released, as the
+    # close released what the sink held.
+    timer = make_timer(0.01, 64)
+    refuse = threading.Event()
+
+    class RefusingLoop(NoReaderLoop):
+        def call_soon_threadsafe(self, callback: Callable[..., object], *args: Any) -> Any:
+            if refuse.is_set():
+                raise RuntimeError("refused")
+            return super().call_soon_threadsafe(callback, *args)
+
+    loop = RefusingLoop()
+    payload = type("Payload", (), {})()
+    held = weakref.ref(payload)
+    ran: list[object] = []
+
+    def refuse_the_next_post_then_interrupt() -> None:
+        refuse.set()
+        timer.call_later(0, ran.append, "next batch")
+        # the worker delivers it, and the posting thread fails to post it
+        assert wait_for(lambda: not _posters(timer))
+        raise KeyboardInterrupt
+
+    async def schedule(payload: object) -> Any:
+        timer.call_later(0.02, refuse_the_next_post_then_interrupt)
+        return timer.call_later(0.02, ran.append, payload)
+
+    async def busy() -> None:
+        # both are delivered before the loop looks: one batch
+        assert wait_for(lambda: timer.stats()["expired"] == 2)
+        time.sleep(0.05)
+        await asyncio.sleep(DEADLINE)
+
+    try:
+        rest = loop.run_until_complete(schedule(payload))
+        del payload
+        with pytest.raises(KeyboardInterrupt):
+            loop.run_until_complete(busy())
+        assert loop.posts == 1
+        assert rest.is_cancelled()
+        assert wait_for(lambda: timer.pending_timeouts() == 0)
+        del rest
+        assert collect_until(held), "what the batch's rest holds was kept"
+        assert ran == []
+    finally:
+        refuse.clear()
+        for task in asyncio.all_tasks(loop):
+            task.cancel()
+        loop.run_until_complete(asyncio.sleep(0))
+        loop.close()
+
+
 @pytest.mark.parametrize("made", [False, True], ids=["not-made", "made-then-raised"])
 def test_posting_thread_that_fails_to_start_changes_nothing(
     make_timer: Any, loop: NoReaderLoop, monkeypatch: pytest.MonkeyPatch, made: bool
