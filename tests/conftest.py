@@ -309,6 +309,8 @@ def timer(make_timer: Callable[..., hwtimer.HashedWheelTimer]) -> hwtimer.Hashed
 
 #: The examples/ directory of the checkout under test.
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+#: The README, whose promises some tests hold the code to.
+README = Path(__file__).resolve().parent.parent / "README.rst"
 
 
 def load_example(name: str) -> Any:

@@ -27,13 +27,13 @@ import warnings
 import weakref
 from collections.abc import Awaitable, Coroutine, Iterator
 from datetime import timedelta
-from pathlib import Path
 from typing import Any, Callable
 
 import pytest
 from conftest import (
     ASYNCIO_TIMEOUT_IS_REFERENCE,
     LOOP_KINDS,
+    README,
     HasFloat,
     HasIndex,
     IntFloatsOtherwise,
@@ -1905,7 +1905,7 @@ def test_ten_thousand_concurrent_timeouts(run: Any) -> None:
 def test_a_timeout_scope_cannot_be_subclassed_as_the_readme_says() -> None:
     # timeout() and timeout_at() make the scope; a subclass is refused
     # when the class is made, not when one is used
-    readme = " ".join((Path(__file__).parent.parent / "README.rst").read_text().split())
+    readme = " ".join(README.read_text().split())
     assert "it cannot be subclassed (``TypeError``)" in readme
     with pytest.raises(TypeError, match="not an acceptable base type"):
         type("MyScope", (hwtimer.TimeoutScope,), {})

@@ -10,14 +10,12 @@ import struct
 import sys
 import threading
 import weakref
-from pathlib import Path
 
 import pytest
-from conftest import run_python, wait_for
+from conftest import README, run_python, wait_for
 
 import hwtimer
 
-README = Path(__file__).resolve().parent.parent / "README.rst"
 GC_HEADER = 2 * struct.calcsize("P")
 
 

@@ -12,10 +12,9 @@ import sys
 import threading
 import urllib.request
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
-from conftest import DEADLINE, run_python, wait_for
+from conftest import DEADLINE, README, run_python, wait_for
 
 import hwtimer
 from hwtimer import metrics
@@ -23,8 +22,6 @@ from hwtimer.testing import ManualTimer
 
 prometheus_client = pytest.importorskip("prometheus_client")
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
-
-README = Path(__file__).resolve().parent.parent / "README.rst"
 
 COUNTERS = {
     "hwtimer_timeouts_scheduled": "scheduled",

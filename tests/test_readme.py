@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import re
 import textwrap
-from pathlib import Path
 
 import pytest
+from conftest import README
 
 pytest_plugins = ["pytester"]
 
-README = Path(__file__).resolve().parent.parent / "README.rst"
 EXAMPLE = re.compile(
     r"^\.\. example file: (?P<name>\S+)\n\n\.\. code-block:: python\n\n(?P<code>(?:    .*\n|\n)+)",
     re.MULTILINE,
