@@ -344,8 +344,8 @@ static void check_grid(int64_t deadline, uint32_t behind, int64_t period, uint32
 {
     uint32_t got_behind = behind, want_behind = behind;
     bool got_again, want_again;
-    int64_t got = hwt_periodic_next(deadline, &got_behind, period, frac, missed, start, end,
-                                          &got_again);
+    int64_t got =
+        hwt_periodic_next(deadline, &got_behind, period, frac, missed, start, end, &got_again);
     int64_t want = ref_next(deadline, &want_behind, period, frac, missed, start, end, &want_again);
     bool behind_differs = want != HWT_NEVER && got_behind != want_behind;
     if (got != want || got_again != want_again || behind_differs) {
@@ -407,8 +407,8 @@ static void grid(uint64_t seed)
         int64_t deadline = ns + 1;
         bool again;
         for (int k = 2; k <= 216000; k++) /* each run ends on time */
-            deadline = hwt_periodic_next(deadline, &behind, ns, frac, missed, deadline,
-                                               deadline, &again);
+            deadline = hwt_periodic_next(deadline, &behind, ns, frac, missed, deadline, deadline,
+                                         &again);
         if (deadline != INT64_C(3600000000000)) {
             failures++;
             fprintf(stderr, "grid: the 216,000th run of 1 / 60 s (policy %d) at %" PRId64 "\n",
