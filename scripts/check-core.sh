@@ -27,6 +27,9 @@
 #      made as the worker is about to sleep, under TSan;
 #      tests/c/soonest_reset_test.c, resets made while hwt_timer_soonest
 #      walks the wheel (each timeout found once), under TSan;
+#      tests/c/pending_bound_test.c, a schedule and a reset of a delivered
+#      one-shot racing for the last place under max_pending (never both
+#      accepted), under TSan;
 #      tests/c/cascade_reset_test.c, resets and cancels from several
 #      threads while the worker cascades what they move, on wheels of one
 #      and eight buckets (never early, each ended once), under TSan;
@@ -47,8 +50,8 @@
 #
 # Environment:
 #   CC               compiler for steps 1-2 (default gcc)
-#   SEED             seed for the model, edge, cascade and stress tests (default:
-#                    random)
+#   SEED             seed for the model, edge, pending bound, cascade and stress
+#                    tests (default: random)
 #   MODEL_ITERATIONS model test runs (default: the test's own, 2000)
 #   STRESS_ROUNDS    stress rounds per sanitizer (default 6)
 #   FUZZ_SECONDS     fuzzing time (default 30; 0 skips the fuzzer)
@@ -133,6 +136,10 @@ timeout 300 "$work/walk_tsan"
 step "soonest reset test under TSan ($backend backend)"
 build soonest_reset_tsan soonest_reset_test.c -fsanitize=thread
 timeout 300 "$work/soonest_reset_tsan"
+
+step "pending bound test under TSan (seed $SEED, $backend backend)"
+build pending_bound_tsan pending_bound_test.c -fsanitize=thread
+timeout 300 "$work/pending_bound_tsan" "$SEED"
 
 step "cascade reset test under TSan (seed $SEED, $backend backend)"
 build cascade_reset_tsan cascade_reset_test.c -fsanitize=thread

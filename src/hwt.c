@@ -145,6 +145,9 @@ struct hwt_timer {
        sink that left RUNNING other than by their run (cancelled, or reset:
        pending again): under cancel_lock too */
     _Atomic uint64_t revoked;
+    /* places that resets of such one-shots hold under max_pending while
+       they check it, before `revoked` counts them (reset_locked) */
+    _Atomic uint64_t reserved;
 
     /* The worker's own (after it exits, stop's). */
     _Alignas(64) hwt_timeout **cancels_spare; /* owned: swapped with cancels */
@@ -1040,8 +1043,22 @@ static int64_t pending_of(hwt_timer *t, uint64_t scheduled)
     uint64_t done = atomic_load_explicit(&t->expired, memory_order_acquire) + cancelled_total(t) +
                     atomic_load(&t->expired_out) - revoked;
     if (!scheduled)
-        scheduled = atomic_load_explicit(&t->scheduled, memory_order_relaxed);
+        scheduled = atomic_load(&t->scheduled);
     return scheduled > done ? (int64_t)(scheduled - done) : 0;
+}
+
+/* Whether one more pending timeout, already counted in `scheduled` (if not
+   0) or reserved, passes max_pending.  A schedule reserves its place in
+   `scheduled`, a reset of a delivered one-shot in `reserved`, each before
+   it reads the other's counter here: both are sequentially consistent, so
+   of two that race for the last place, at least one sees the other's
+   reservation, and never both pass.  `reserved` is read before pending_of()
+   reads `revoked`: a reset counts `revoked` before it lets its reservation
+   go, so its place is counted once or twice here, never missed. */
+static bool over_bound(hwt_timer *t, uint64_t scheduled)
+{
+    uint64_t reserved = atomic_load(&t->reserved);
+    return pending_of(t, scheduled) + (int64_t)reserved > t->cfg.max_pending;
 }
 
 /* `deadline` (ns since the start), or HWT_NEVER when the tick that runs
@@ -1097,8 +1114,9 @@ static int schedule(hwt_timer *t, hwt_timeout *to, int64_t delay_ns, uint32_t fl
     atomic_store_explicit(&to->state, HWT_QUEUED, memory_order_release);
     if (!started)
         return HWT_ESTOPPED;
-    uint64_t scheduled = atomic_fetch_add_explicit(&t->scheduled, 1, memory_order_relaxed) + 1;
-    if (t->cfg.max_pending > 0 && pending_of(t, scheduled) > t->cfg.max_pending) {
+    /* sequentially consistent: see over_bound() */
+    uint64_t scheduled = atomic_fetch_add(&t->scheduled, 1) + 1;
+    if (t->cfg.max_pending > 0 && over_bound(t, scheduled)) {
         atomic_fetch_sub_explicit(&t->scheduled, 1, memory_order_relaxed);
         atomic_fetch_add_explicit(&t->rejected, 1, memory_order_relaxed);
         return HWT_EREJECTED;
@@ -1317,21 +1335,29 @@ static int reset_locked(hwt_timer *t, hwt_timeout *to, int64_t deadline)
             return ENOMEM;
         /* a one-shot delivered and not yet begun counts as expired: the
            reset would make it pending again, which the bound refuses as
-           for a new one; it runs as delivered */
-        if (s == HWT_RUNNING && !hwt_timeout_periodic(to) && t->cfg.max_pending > 0 &&
-            pending_of(t, 0) >= t->cfg.max_pending) {
-            atomic_fetch_add_explicit(&t->rejected, 1, memory_order_relaxed);
-            return HWT_EFINAL;
+           for a new one (over_bound()); it runs as delivered */
+        bool revokes = s == HWT_RUNNING && !hwt_timeout_periodic(to);
+        bool holds = revokes && t->cfg.max_pending > 0;
+        if (holds) {
+            atomic_fetch_add(&t->reserved, 1);
+            if (over_bound(t, 0)) {
+                atomic_fetch_sub(&t->reserved, 1);
+                atomic_fetch_add_explicit(&t->rejected, 1, memory_order_relaxed);
+                return HWT_EFINAL;
+            }
         }
-        /* expiry (INIT -> EXPIRED or RUNNING) holds this lock too: only
-           a lock-free cancel of a QUEUED one races this */
-        if (atomic_compare_exchange_strong(&to->state, &s, next))
+        /* Expiry (INIT -> EXPIRED or RUNNING) holds this lock too: only
+           a lock-free cancel of a QUEUED one races this, and the consumer
+           beginning a RUNNING one's run (hwt_timeout_begin()). */
+        bool changed = atomic_compare_exchange_strong(&to->state, &s, next);
+        if (changed && revokes)
+            count(&t->revoked, 1); /* pending again */
+        if (holds)
+            atomic_fetch_sub(&t->reserved, 1); /* counted in `revoked`, or not pending */
+        if (changed)
             break;
     }
     set_deadline(to, deadline);
-    /* a one-shot delivered and not yet begun: pending again */
-    if (s == HWT_RUNNING && !hwt_timeout_periodic(to))
-        count(&t->revoked, 1);
     if (s == HWT_INIT) { /* the worker relinks it at its next tick */
         t->cancels[t->ncancels++] = (hwt_timeout *)((uintptr_t)to | RESET_TAG);
         note_reset(t, deadline);
