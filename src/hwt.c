@@ -134,6 +134,9 @@ struct hwt_timer {
     _Alignas(64) pthread_mutex_t cancel_lock;
     hwt_timeout **cancels; /* owned, under cancel_lock */
     size_t ncancels, cancels_cap;
+    /* of the ncancels entries, the cancels (the rest are resets): what
+       wakes a sleeping worker (wake_for_cancels) */
+    size_t ncancelled;
     /* the soonest deadline that a reset waiting there moved a timeout to
        (HWT_NEVER: none) */
     int64_t reset_soonest;
@@ -494,7 +497,7 @@ static void process_cancels(hwt_timer *t)
     }
     t->cancels = t->cancels_spare;
     t->cancels_cap = t->spare_cap;
-    t->ncancels = 0;
+    t->ncancels = t->ncancelled = 0;
     t->reset_soonest = HWT_NEVER;
     pthread_mutex_unlock(&t->cancel_lock);
     for (size_t i = 0; i < n; i++) {
@@ -1177,8 +1180,9 @@ static uint32_t cancel_live(hwt_timeout *to)
     return s;
 }
 
-/* After a cancel made the `queued`th entry (a cancel of a QUEUED one
-   counts as the first): wakes a sleeping worker that asked for it. */
+/* After a cancel made the `queued`th cancel waiting for the worker (one of
+   a QUEUED timeout counts as the first; resets waiting there do not
+   count): wakes a sleeping worker that asked for it. */
 static void wake_for_cancels(hwt_timer *t, size_t queued)
 {
     if (queued == 1 || queued == CANCEL_WAKE_BATCH) {
@@ -1264,8 +1268,8 @@ __attribute__((noinline)) static int cancel_locked(hwt_timer *t, hwt_timeout *to
         wake_for_cancels(t, was == HWT_QUEUED);
         return HWT_OK;
     }
-    size_t queued = ++t->ncancels;
-    t->cancels[queued - 1] = to;
+    t->cancels[t->ncancels++] = to;
+    size_t queued = ++t->ncancelled; /* resets queued before do not count */
     pthread_mutex_unlock(&t->cancel_lock);
     wake_for_cancels(t, queued);
     return HWT_OK;

@@ -711,6 +711,38 @@ def test_cancel_during_long_sleep_releases_task(make_timer):
     assert wait_for(lambda: timer.pending_timeouts() == 0)
 
 
+def test_a_reset_queued_before_a_long_sleeps_first_cancel_does_not_keep_its_task(make_timer):
+    """A reset to a deadline past the worker's wake is queued for it and
+    wakes nothing; the first cancel after it is still the sleep's first,
+    and wakes the worker, which lets go of the task at once rather than at
+    the end of its sleep, an hour away."""
+    import gc
+    import weakref
+
+    timer = make_timer(0.01, 512)
+
+    class Task:
+        def __call__(self, t):
+            pass
+
+    task = Task()
+    ref = weakref.ref(task)
+    moved = timer.new_timeout(lambda t: None, 3600)
+    cancelled = timer.new_timeout(task, 3600)
+    del task
+    # transferred, and past the worker's first second, within which the
+    # first cancel would not wake it: it sleeps for an hour
+    time.sleep(1.5)
+    assert moved.reset(4000)
+    assert cancelled.cancel()
+    began = time.monotonic()
+    del cancelled
+    assert wait_for(lambda: (gc.collect(), ref() is None)[1], timeout=10)
+    # at once, with room for a busy machine (before, only after the hour)
+    assert time.monotonic() - began < 5.0
+    assert moved.cancel()
+
+
 def test_cancels_soon_after_a_cancel_wake_are_let_go_within_about_a_second(make_timer):
     """The first cancel of a long sleep wakes the worker; the next ones,
     within the second after, do not, but the worker sleeps no longer
