@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import random
@@ -11,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
 
 import pytest
 from conftest import wait_for
@@ -691,23 +693,27 @@ def test_early_timeout_scheduled_during_long_sleep_fires_on_time(make_timer):
     assert at[0] - timeout.deadline < 1.0
 
 
+class _Task:
+    """A task that a weakref can watch."""
+
+    def __call__(self, timeout: object) -> None:
+        pass
+
+
+def _let_go(ref: weakref.ref) -> bool:
+    """Whether the task `ref` watches is let go of within 10 s."""
+    return wait_for(lambda: (gc.collect(), ref() is None)[1])
+
+
 def test_cancel_during_long_sleep_releases_task(make_timer):
-    import gc
-    import weakref
-
     timer = make_timer(0.01, 512)
-
-    class Task:
-        def __call__(self, t):
-            pass
-
-    task = Task()
+    task = _Task()
     ref = weakref.ref(task)
     timeout = timer.new_timeout(task, 3600)
     time.sleep(0.05)  # transferred; the worker sleeps for a long time
     assert timeout.cancel()
     del task, timeout
-    assert wait_for(lambda: (gc.collect(), ref() is None)[1])
+    assert _let_go(ref)
     assert wait_for(lambda: timer.pending_timeouts() == 0)
 
 
@@ -716,16 +722,8 @@ def test_a_reset_queued_before_a_long_sleeps_first_cancel_does_not_keep_its_task
     wakes nothing; the first cancel after it is still the sleep's first,
     and wakes the worker, which lets go of the task at once rather than at
     the end of its sleep, an hour away."""
-    import gc
-    import weakref
-
     timer = make_timer(0.01, 512)
-
-    class Task:
-        def __call__(self, t):
-            pass
-
-    task = Task()
+    task = _Task()
     ref = weakref.ref(task)
     moved = timer.new_timeout(lambda t: None, 3600)
     cancelled = timer.new_timeout(task, 3600)
@@ -737,7 +735,7 @@ def test_a_reset_queued_before_a_long_sleeps_first_cancel_does_not_keep_its_task
     assert cancelled.cancel()
     began = time.monotonic()
     del cancelled
-    assert wait_for(lambda: (gc.collect(), ref() is None)[1], timeout=10)
+    assert _let_go(ref)
     # at once, with room for a busy machine (before, only after the hour)
     assert time.monotonic() - began < 5.0
     assert moved.cancel()
@@ -747,25 +745,16 @@ def test_cancels_soon_after_a_cancel_wake_are_let_go_within_about_a_second(make_
     """The first cancel of a long sleep wakes the worker; the next ones,
     within the second after, do not, but the worker sleeps no longer
     than to that second's end, so their tasks are let go of then."""
-    import gc
-    import weakref
-
     timer = make_timer(0.01, 512)
-
-    class Task:
-        def __call__(self, t):
-            pass
-
-    tasks = [Task() for _ in range(3)]
+    tasks = [_Task() for _ in range(3)]
     refs = [weakref.ref(task) for task in tasks]
     timeouts = [timer.new_timeout(task, 3600) for task in tasks]
     del tasks
     time.sleep(0.05)  # transferred; the worker sleeps for an hour
     while timeouts:
         assert timeouts.pop().cancel()
-        ref = refs.pop()
         began = time.monotonic()
-        assert wait_for(lambda ref=ref: (gc.collect(), ref() is None)[1])
+        assert _let_go(refs.pop())
         # the end of the second after the wake, with room for a busy machine
         assert time.monotonic() - began < 5.0
     assert timer.stats()["cancelled"] == 3
