@@ -23,6 +23,7 @@
 
 #include <inttypes.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -61,7 +62,7 @@ static void *scheduler(void *arg)
     int rounds = *(int *)arg;
     for (int r = 1; r <= rounds; r++) {
         while (atomic_load(&round_go) != r)
-            ;
+            sched_yield(); /* on one core, the main thread needs it */
         pause_for(atomic_load(&round_pause));
         hwt_timer *t = atomic_load(&round_timer);
         atomic_store(&schedule_rc, hwt_timer_schedule(t, &scheduled, FAR_NS));
@@ -109,7 +110,7 @@ int main(int argc, char **argv)
         pause_for(base + (unsigned)((pauses >> 32) % MAX_PAUSE));
         int reset_rc = hwt_timeout_reset(&delivered, FAR_NS);
         while (atomic_load(&round_done) != r)
-            ;
+            sched_yield();
         int64_t pending = hwt_timer_pending(t);
         bool reset_ok = reset_rc == HWT_OK, schedule_ok = atomic_load(&schedule_rc) == HWT_OK;
         resets += reset_ok;
