@@ -808,6 +808,9 @@ bool hwtimer_init_takes_arguments(PyTypeObject *tp);
    released; RuntimeError (-1) if this thread holds it already. */
 int hwtimer_manual_lock(TimerObject *timer, const char *what);
 void hwtimer_manual_unlock(TimerObject *timer);
+/* Whether a thread of this process is in an advance() of the manual
+   `timer` (in a child of fork(), one of the parent's never is). */
+bool hwtimer_manual_advancing(TimerObject *timer);
 /* Stops `timer` and returns the list stop() returns (new reference), or
    NULL with an exception. */
 PyObject *hwtimer_timer_stop(TimerObject *timer);

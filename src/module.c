@@ -111,8 +111,8 @@ static TimerObject *first_alive(TimerObject *timer)
    reported, and if it raises or leaves the timer running, the built-in
    stop() stops it, so that no dispatch thread outlives the interpreter.
    A ManualTimer has no threads: one whose stop() raised while another
-   thread is in its advance() (a signal ended the wait for that thread)
-   is left as it is, since waiting for that thread again would let no
+   thread of this process is in its advance() (a signal ended the wait
+   for that thread) is left as it is, since waiting for that thread again would let no
    signal end the exit. */
 static PyObject *stop_all(PyObject *module, PyObject *unused)
 {
@@ -127,7 +127,7 @@ static PyObject *stop_all(PyObject *module, PyObject *unused)
         if (raised)
             PyErr_WriteUnraisable((PyObject *)timer);
         Py_XDECREF(r);
-        if (timer->running && !(raised && timer->manual && timer->advancing)) {
+        if (timer->running && !(raised && timer->manual && hwtimer_manual_advancing(timer))) {
             r = hwtimer_timer_stop(timer);
             raised = !r;
             if (raised)

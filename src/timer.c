@@ -157,6 +157,11 @@ static bool holder_here(TimerObject *timer)
            (timer->advancing && timer->advancing == hwtimer_forking_thread);
 }
 
+bool hwtimer_manual_advancing(TimerObject *timer)
+{
+    return timer->advancing && holder_here(timer);
+}
+
 /* Whether `timer`'s tasks run on this thread now: it is its dispatch
    thread, or holds its advance_lock. */
 static bool runs_here(TimerObject *timer)
@@ -171,7 +176,7 @@ static bool runs_here(TimerObject *timer)
 static TimerObject *runner_waits_on(TimerObject *timer)
 {
     if (timer->manual)
-        return timer->advancing && holder_here(timer) ? timer->holder_waits_on : NULL;
+        return hwtimer_manual_advancing(timer) ? timer->holder_waits_on : NULL;
     DispatchObject *d = (DispatchObject *)timer->dispatcher;
     return d && d->pid == getpid() ? d->waits_on : NULL;
 }

@@ -1562,6 +1562,17 @@ def test_fork_and_exit_under_load_repeated() -> None:
         assert proc.stderr == "", (i, proc.stderr)
 
 
+#: Code for run_python(): another thread in an advance() of `timer`, inside a
+#: task that waits for `leave`.
+IN_AN_ADVANCE = """
+    in_task, leave = threading.Event(), threading.Event()
+    timer.new_timeout(lambda t: (in_task.set(), leave.wait(10)), 0.001)
+    advancing = threading.Thread(target=timer.advance, args=(0.01,))
+    advancing.start()
+    assert in_task.wait(10)
+"""
+
+
 def test_fork_while_another_thread_advances_a_manual_timer() -> None:
     # The advancing thread holds the timer's lock in the parent and does not
     # come along: the child still advances, stops and exits.
@@ -1571,11 +1582,9 @@ def test_fork_while_another_thread_advances_a_manual_timer() -> None:
     from hwtimer.testing import ManualTimer
 
     timer = ManualTimer()
-    in_task = threading.Event()
-    timer.new_timeout(lambda t: (in_task.set(), time.sleep(0.5)), 0.001)
-    advancing = threading.Thread(target=timer.advance, args=(0.01,))
-    advancing.start()
-    assert in_task.wait(10)
+"""
+        + IN_AN_ADVANCE
+        + """
     pid = os.fork()
     if pid == 0:
         with reported():
@@ -1589,6 +1598,7 @@ def test_fork_while_another_thread_advances_a_manual_timer() -> None:
             timer.new_timeout(ran.append, 5)  # the atexit hook stops it
         sys.exit(child_status())
     status = wait_child(pid)
+    leave.set()
     advancing.join()
     print(status, timer.stop(), flush=True)
 """
@@ -1596,6 +1606,47 @@ def test_fork_while_another_thread_advances_a_manual_timer() -> None:
     proc = run_python(code, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "0 []\n", proc.stderr
+
+
+def test_exit_hook_in_a_fork_child_stops_a_manual_timer_whose_own_stop_raised() -> None:
+    # At exit, a ManualTimer whose own stop() raised is left running only
+    # while another thread is in its advance(), which the hook could not
+    # wait for.  In a child of fork() that thread of the parent did not come
+    # along: the hook stops the timer there, and what was pending is
+    # cancelled, as for any other timer.
+    code = (
+        FORK_PRELUDE
+        + """
+    from hwtimer import _hwtimer
+    from hwtimer.testing import ManualTimer
+
+    class Refusing(ManualTimer):
+        def stop(self):
+            raise RuntimeError("refused")
+
+    timer = Refusing()
+    pending = timer.new_timeout(lambda t: None, 100)
+"""
+        + IN_AN_ADVANCE
+        + """
+    pid = os.fork()
+    if pid == 0:
+        with reported():
+            sys.unraisablehook = lambda unraisable: None  # the refusal
+            _hwtimer._stop_all()  # the atexit hook, as at exit
+            check(pending.is_cancelled(), "the pending timeout was left pending")
+        sys.stderr.flush()
+        os._exit(child_status())
+    status = wait_child(pid)
+    leave.set()
+    advancing.join()
+    print(status, pending.is_cancelled(), flush=True)
+    ManualTimer.stop(timer)
+"""
+    )
+    proc = run_python(code, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "0 False\n", proc.stderr
 
 
 def test_fork_while_another_thread_switches_follow_loop_time() -> None:
