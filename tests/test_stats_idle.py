@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import os
 import random
@@ -15,7 +14,7 @@ import time
 import weakref
 
 import pytest
-from conftest import wait_for
+from conftest import collect_until, wait_for
 
 import hwtimer
 
@@ -700,11 +699,6 @@ class _Task:
         pass
 
 
-def _let_go(ref: weakref.ref) -> bool:
-    """Whether the task `ref` watches is let go of within 10 s."""
-    return wait_for(lambda: (gc.collect(), ref() is None)[1])
-
-
 def test_cancel_during_long_sleep_releases_task(make_timer):
     timer = make_timer(0.01, 512)
     task = _Task()
@@ -713,7 +707,7 @@ def test_cancel_during_long_sleep_releases_task(make_timer):
     time.sleep(0.05)  # transferred; the worker sleeps for a long time
     assert timeout.cancel()
     del task, timeout
-    assert _let_go(ref)
+    assert collect_until(ref)
     assert wait_for(lambda: timer.pending_timeouts() == 0)
 
 
@@ -735,7 +729,7 @@ def test_a_reset_queued_before_a_long_sleeps_first_cancel_does_not_keep_its_task
     assert cancelled.cancel()
     began = time.monotonic()
     del cancelled
-    assert _let_go(ref)
+    assert collect_until(ref)
     # at once, with room for a busy machine (before, only after the hour)
     assert time.monotonic() - began < 5.0
     assert moved.cancel()
@@ -754,7 +748,7 @@ def test_cancels_soon_after_a_cancel_wake_are_let_go_within_about_a_second(make_
     while timeouts:
         assert timeouts.pop().cancel()
         began = time.monotonic()
-        assert _let_go(refs.pop())
+        assert collect_until(refs.pop())
         # the end of the second after the wake, with room for a busy machine
         assert time.monotonic() - began < 5.0
     assert timer.stats()["cancelled"] == 3
