@@ -112,8 +112,8 @@ static TimerObject *first_alive(TimerObject *timer)
    stop() stops it, so that no dispatch thread outlives the interpreter.
    A ManualTimer has no threads: one whose stop() raised while another
    thread of this process is in its advance() (a signal ended the wait
-   for that thread) is left as it is, since waiting for that thread again would let no
-   signal end the exit. */
+   for that thread) is left as it is, since waiting for that thread again
+   would let no signal end the exit. */
 static PyObject *stop_all(PyObject *module, PyObject *unused)
 {
     (void)unused;
